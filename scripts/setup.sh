@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Set up everything vision_rag_pipeline needs, idempotently: Tesseract (Debian packages), a
+# virtual environment in .venv with the CPU build of torch first, then the project with its dev
+# extras. A second run takes a few seconds: it only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+  echo "setup: need root (or sudo) for: $*" >&2; return 1; fi; }
+apt_updated=""
+apt_install() {
+  [ -n "$apt_updated" ] || { as_root apt-get update -qq; apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Tesseract with English and simplified Chinese.
+if ! command -v tesseract >/dev/null || ! tesseract --list-langs 2>/dev/null | grep -qx chi_sim; then
+  echo "setup: installing tesseract-ocr" >&2
+  apt_install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
+fi
+
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $PYTHON" >&2
+  if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    apt_install python3-venv
+    "$PYTHON" -m venv .venv
+  fi
+fi
+
+# Reinstall only when the dependency list changed since the last successful install.
+stamp=.venv/.vision_rag_installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python packages into .venv (first time: a few minutes)" >&2
+  .venv/bin/python -m pip install -q --upgrade pip
+  # torch first, pinned to the CPU build, so sentence-transformers does not pull a CUDA build.
+  .venv/bin/python -m pip install -q torch==2.13.0
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi

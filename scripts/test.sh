@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up, then lint and run the test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check vision_rag_pipeline vision_rag_pipeline_tests bench
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,57 @@
+"""document_chunks: Markdown with image annotations, split without breaking an annotation."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import dagster as dg
+
+from vision_rag_pipeline.chunks.build import build_chunks
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.documents.model import LoadedDocument
+from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.service import EnrichmentBatch
+from vision_rag_pipeline.images.model import ExtractedImage
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import RagConfigResource
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="chunks",
+    kinds={"python"},
+    description="Text, table and Meta-Content image chunks with their source location "
+    "(page + bbox for PDF, char span for MHTML).",
+)
+def document_chunks(
+    context: dg.AssetExecutionContext,
+    raw_documents: LoadedDocument,
+    extracted_images: list[ExtractedImage],
+    image_verdicts: list[ImageVerdict],
+    image_enrichments: EnrichmentBatch,
+    rag_config: RagConfigResource,
+) -> dg.Output[list[Chunk]]:
+    config = rag_config.load()
+    chunks = build_chunks(
+        context.partition_key,
+        raw_documents,
+        extracted_images,
+        image_enrichments.results,
+        {v.image_sha256 for v in image_verdicts if v.verdict == "IGNORE"},
+        config.loader,
+        config.splitter,
+    )
+    kinds = Counter(c.kind for c in chunks)
+    preview = "\n\n---\n\n".join(
+        f"`{c.chunk_id}` ({c.kind}, page {c.page})\n\n{c.text[:300]}" for c in chunks[:3]
+    )
+    context.log.info(f"{len(chunks)} chunks: {dict(kinds)}")
+    return dg.Output(
+        chunks,
+        metadata={
+            "chunks": len(chunks),
+            "by_kind": dg.MetadataValue.json(dict(kinds)),
+            "chunk_size": config.splitter.chunk_size,
+            "preview": dg.MetadataValue.md(preview or "_no chunks_"),
+        },
+    )

@@ -1,0 +1,198 @@
+"""Turn a loaded document plus its image enrichments into located chunks.
+
+Text runs are rendered as Markdown with each worthwhile image annotated inline as
+`![description](url)` and split recursively; tables are one chunk each, whole; every enriched
+image also becomes its own Meta-Content chunk. Each chunk keeps where it came from: page and
+bbox for PDF elements, a char span into the document text for MHTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vision_rag_pipeline.chunks.annotations import annotation, find_annotations
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.chunks.splitter import split_text
+from vision_rag_pipeline.config import LoaderConfig, SplitterConfig
+from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
+from vision_rag_pipeline.enrichment.model import EnrichmentResult
+from vision_rag_pipeline.images.model import ExtractedImage
+
+
+@dataclass
+class _Rendered:
+    """One element's place in a rendered text run."""
+
+    start: int
+    end: int
+    element: Element
+    verbatim: bool  # rendered text equals the element text, so offsets map one to one
+
+
+def image_description(image: ImageInfo, enrichment: EnrichmentResult | None) -> str:
+    """The inline description: the enrichment's, else what the page says about the image."""
+    if enrichment is not None:
+        return enrichment.description
+    return image.alt or image.title or image.caption or Path(image.name).stem
+
+
+def build_chunks(
+    document_id: str,
+    doc: LoadedDocument,
+    images: Sequence[ExtractedImage],
+    enrichments: dict[str, EnrichmentResult],
+    ignored: set[str],
+    loader: LoaderConfig,
+    splitter: SplitterConfig,
+) -> list[Chunk]:
+    """`images[i]` describes `doc.images[i]` (with its sha256); `ignored` holds sha256s of decoration."""
+    chunks: list[Chunk] = []
+    run: list[tuple[str, Element]] = []
+
+    def flush() -> None:
+        chunks.extend(_split_run(document_id, doc, run, splitter))
+        run.clear()
+
+    for element in doc.elements:
+        if element.kind == "table":
+            flush()
+            chunks.append(_chunk(document_id, doc, "table", element.text, [element], splitter))
+        elif element.kind == "image":
+            image = images[element.image_index]
+            if image.sha256 in ignored or loader.separate_docs_for_images:
+                continue
+            description = image_description(image, enrichments.get(image.sha256))
+            run.append((annotation(description, image.url), element))
+        elif element.text.strip():
+            run.append((element.text, element))
+    flush()
+    chunks.extend(_image_chunks(document_id, doc, images, enrichments))
+    for index, chunk in enumerate(chunks):
+        chunk.index = index
+        chunk.chunk_id = f"{document_id}:{index:05d}"
+    return chunks
+
+
+def _split_run(
+    document_id: str, doc: LoadedDocument, run: list[tuple[str, Element]], splitter: SplitterConfig
+) -> list[Chunk]:
+    if not run:
+        return []
+    rendered: list[_Rendered] = []
+    parts: list[str] = []
+    offset = 0
+    for text, element in run:
+        rendered.append(_Rendered(offset, offset + len(text), element, element.kind != "image"))
+        parts.append(text)
+        offset += len(text) + 2
+    full = "\n\n".join(parts)
+    chunks = []
+    for piece in split_text(full, splitter.chunk_size, splitter.chunk_overlap):
+        covered = [r for r in rendered if r.start < max(piece.end, piece.start + 1) and r.end > piece.start]
+        chunk = _chunk(document_id, doc, "text", piece.text, [r.element for r in covered], splitter)
+        chunk.char_span = _source_span(covered, piece.start, piece.end)
+        chunks.append(chunk)
+    return chunks
+
+
+def _source_span(covered: list[_Rendered], start: int, end: int) -> tuple[int, int] | None:
+    """Map a rendered range back to the document text through the elements it covers."""
+    points = []
+    for r in covered:
+        span = r.element.location.char_span
+        if span is None:
+            continue
+        if r.verbatim:
+            points += [span[0] + max(0, start - r.start), span[0] + min(r.end, end) - r.start]
+        else:
+            points += [span[0], span[1]]
+    return (min(points), max(points)) if points else None
+
+
+def _chunk(
+    document_id: str,
+    doc: LoadedDocument,
+    kind: str,
+    text: str,
+    elements: list[Element],
+    splitter: SplitterConfig,
+) -> Chunk:
+    page, bbox = _page_and_bbox([e.location for e in elements])
+    spans = [e.location.char_span for e in elements if e.location.char_span]
+    metadata = _base_metadata(doc)
+    metadata["pages"] = sorted({e.location.page for e in elements if e.location.page})
+    if splitter.image_collection_in_metadata:
+        metadata["images"] = [{"url": a.url, "description": a.description} for a in find_annotations(text)]
+    return Chunk(
+        chunk_id="",
+        document_id=document_id,
+        index=0,
+        kind=kind,
+        text=text,
+        page=page,
+        bbox=bbox,
+        char_span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
+        metadata=metadata,
+    )
+
+
+def _image_chunks(
+    document_id: str,
+    doc: LoadedDocument,
+    images: Sequence[ExtractedImage],
+    enrichments: dict[str, EnrichmentResult],
+) -> list[Chunk]:
+    chunks, seen = [], set()
+    for image in images:
+        result = enrichments.get(image.sha256)
+        if result is None or result.image_sha256 in seen:
+            continue
+        seen.add(result.image_sha256)
+        metadata = _base_metadata(doc) | {
+            "image_sha256": result.image_sha256,
+            "image_name": image.name,
+            "image_type": result.image_type,
+            "ocr_confidence": result.ocr.level,
+            "keywords": result.keywords,
+            "fusion": result.fusion,
+            "alt": image.alt,
+            "pages": [image.location.page] if image.location.page else [],
+        }
+        chunks.append(
+            Chunk(
+                chunk_id="",
+                document_id=document_id,
+                index=0,
+                kind="image",
+                text=result.meta_content,
+                page=image.location.page,
+                bbox=image.location.bbox,
+                char_span=image.location.char_span,
+                image=image.url,
+                metadata=metadata,
+            )
+        )
+    return chunks
+
+
+def _page_and_bbox(locations: list[Location]) -> tuple[int | None, BBox | None]:
+    """The first page the chunk touches and the union of its boxes on that page."""
+    pages = [loc.page for loc in locations if loc.page is not None]
+    if not pages:
+        return None, None
+    page = pages[0]
+    boxes = [loc.bbox for loc in locations if loc.page == page and loc.bbox is not None]
+    if not boxes:
+        return page, None
+    return page, (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def _base_metadata(doc: LoadedDocument) -> dict:
+    return {"source": doc.source_path, "title": doc.title, "mime": doc.mime}

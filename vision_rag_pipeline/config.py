@@ -1,0 +1,172 @@
+"""The RAG config (one validated document) and where local state lives.
+
+Everything a run depends on is read here, once: the config file named by
+`VISION_RAG_CONFIG` (JSON or YAML) or the built-in defaults, and the environment
+variables that point at state and services.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoaderConfig(_Strict):
+    separate_docs_for_images: bool = False
+
+
+class SplitterConfig(_Strict):
+    chunk_size: int = Field(1000, gt=0)
+    chunk_overlap: int = Field(100, ge=0)
+    image_collection_in_metadata: bool = True
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: Any) -> int:
+        size = info.data.get("chunk_size", 1000)
+        if v >= size:
+            raise ValueError(f"chunk_overlap ({v}) must be smaller than chunk_size ({size})")
+        return v
+
+
+DEFAULT_VISION_PROMPT = (
+    "Describe this image for a search index. Say what it shows (scene, objects, layout), "
+    "transcribe every piece of text it contains exactly, and say what it means or is for. "
+    "For charts and tables, list every label with its value."
+)
+
+
+class MllmFeature(_Strict):
+    """Vision LLM; used only when an OpenAI-compatible endpoint is configured."""
+
+    enabled: bool = True
+    model: str = "gpt-4o"
+    prompt: str = DEFAULT_VISION_PROMPT
+    detail_mode: Literal["low", "high", "auto"] = "auto"
+    llm_kwargs: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0, "max_tokens": 800})
+
+
+class ClassifierFeature(_Strict):
+    enabled: bool = True
+    threshold: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class CacheFeature(_Strict):
+    enabled: bool = True
+    expiry: str | None = "07:00:00:00"
+    key_format: str = "{domain}-{config_version}-{hash}"
+
+    @field_validator("expiry")
+    @classmethod
+    def _expiry_format(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_expiry_seconds(v)
+        return v
+
+    @field_validator("key_format")
+    @classmethod
+    def _key_has_hash(cls, v: str) -> str:
+        if "{hash}" not in v:
+            raise ValueError("key_format must contain {hash}, or every image would share one cache entry")
+        return v
+
+
+def parse_expiry_seconds(expiry: str) -> int:
+    """`DD:HH:MM:SS` -> seconds."""
+    parts = expiry.split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"expiry must be DD:HH:MM:SS, got {expiry!r}")
+    days, hours, minutes, seconds = (int(p) for p in parts)
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+class EnrichmentFeatures(_Strict):
+    mllm: MllmFeature = Field(default_factory=MllmFeature)
+    classifier: ClassifierFeature = Field(default_factory=ClassifierFeature)
+    cache: CacheFeature = Field(default_factory=CacheFeature)
+
+
+class OcrConfig(_Strict):
+    """Tesseract settings; languages missing from the machine are skipped with a warning."""
+
+    languages: list[str] = Field(default_factory=lambda: ["eng"])
+    max_workers: int | None = None
+
+
+class FusionConfig(_Strict):
+    """How OCR text and the VLM description become one Meta-Content chunk."""
+
+    use_llm: bool = True
+    model: str | None = None
+    max_keywords: int = 12
+
+
+class MediaEnrichmentConfig(_Strict):
+    features: EnrichmentFeatures = Field(default_factory=EnrichmentFeatures)
+    ocr: OcrConfig = Field(default_factory=OcrConfig)
+    fusion: FusionConfig = Field(default_factory=FusionConfig)
+
+
+class EmbeddingConfig(_Strict):
+    model: str = "all-MiniLM-L6-v2"
+    batch_size: int = Field(64, gt=0)
+
+
+class RetrievalConfig(_Strict):
+    k: int = Field(5, gt=0)
+    fusion: Literal["rrf"] = "rrf"
+    rrf_k: int = Field(60, gt=0)
+    vector_weight: float = Field(1.0, ge=0.0)
+    lexical_weight: float = Field(1.0, ge=0.0)
+    candidates: int = Field(50, gt=0)
+    ef_search: int = Field(100, gt=0)
+
+
+class RagConfig(_Strict):
+    id: str = "default"
+    domain: str = "default"
+    config_version: str = "1"
+    loader: LoaderConfig = Field(default_factory=LoaderConfig)
+    splitter: SplitterConfig = Field(default_factory=SplitterConfig)
+    media_enrichment: MediaEnrichmentConfig = Field(default_factory=MediaEnrichmentConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+
+
+class ConfigError(ValueError):
+    """The config file is missing or invalid; the message names the file."""
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> RagConfig:
+    """Read the config file (`VISION_RAG_CONFIG` when no path is given) or return the defaults."""
+    path = path or os.environ.get("VISION_RAG_CONFIG")
+    if not path:
+        return RagConfig()
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from exc
+    try:
+        data = json.loads(raw) if p.suffix.lower() == ".json" else yaml.safe_load(raw)
+        return RagConfig.model_validate(data or {})
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{p}: invalid config: {exc}") from exc
+
+
+def home() -> Path:
+    """All local state (embedded Postgres, tantivy index, Dagster home, inbox)."""
+    return Path(os.environ.get("VISION_RAG_HOME") or Path.home() / ".vision_rag").expanduser().resolve()
+
+
+def dagster_home() -> Path:
+    return Path(os.environ.get("DAGSTER_HOME") or home() / "dagster").expanduser().resolve()

@@ -1,0 +1,30 @@
+"""Route a file to the loader for its kind, recording what identifies its content."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from vision_rag_pipeline.documents.mhtml import load_mhtml
+from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
+from vision_rag_pipeline.documents.pdf import load_pdf
+from vision_rag_pipeline.documents.sniff import sniff_document_kind
+
+
+def load_document(path: str | Path, source_path: str | None = None) -> LoadedDocument:
+    """Load an MHTML or PDF file; `source_path` is the path as the user gave it."""
+    file = Path(path)
+    if not file.is_file():
+        raise DocumentError(f"{file}: no such file")
+    kind = sniff_document_kind(file)
+    if kind is None:
+        raise DocumentError(f"{file.name}: not an MHTML web archive or a PDF")
+    doc = load_pdf(file) if kind == "pdf" else load_mhtml(file)
+    data = file.read_bytes()
+    return doc.model_copy(
+        update={
+            "source_path": source_path or str(path),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+        }
+    )

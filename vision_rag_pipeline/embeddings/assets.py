@@ -1,0 +1,37 @@
+"""chunk_embeddings: one vector per chunk."""
+
+from __future__ import annotations
+
+import dagster as dg
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import RagConfigResource
+
+
+class ChunkEmbeddings(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
+
+    model: str
+    dim: int
+    vectors: np.ndarray  # row i embeds chunk i of document_chunks
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="embeddings",
+    kinds={"python", "pytorch"},
+    description="Sentence-transformers vectors (unit-normalized) for every chunk; model and dimension recorded.",
+)
+def chunk_embeddings(
+    context: dg.AssetExecutionContext, document_chunks: list[Chunk], rag_config: RagConfigResource
+) -> dg.Output[ChunkEmbeddings]:
+    embedding = rag_config.load().embedding
+    vectors = encode([c.text for c in document_chunks], embedding.model, embedding.batch_size)
+    return dg.Output(
+        ChunkEmbeddings(model=embedding.model, dim=int(vectors.shape[1]), vectors=vectors),
+        metadata={"model": embedding.model, "dim": int(vectors.shape[1]), "vectors": len(vectors)},
+    )

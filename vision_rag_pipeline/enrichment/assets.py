@@ -1,0 +1,97 @@
+"""image_verdicts and image_enrichments: decide which images matter, then make them searchable."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import dagster as dg
+
+from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.classifier import classify_images
+from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.service import EnrichmentBatch, enrich_document_images
+from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
+from vision_rag_pipeline.images.model import ExtractedImage
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
+
+
+def _with_bytes(images: list[ExtractedImage], index_db: IndexDatabase) -> list[DocumentImage]:
+    data = index_db.image_store().get_many(image.sha256 for image in images)
+    return [image.with_data(data[image.sha256]) for image in images]
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="enrichment",
+    kinds={"python"},
+    description="Classifier verdict per image: IGNORE (logos, icons, spacers, dividers, tracking pixels, "
+    "repeated decoration) or VISION (text, charts, diagrams, screenshots, photos), with reasons and scores.",
+)
+def image_verdicts(
+    context: dg.AssetExecutionContext,
+    extracted_images: list[ExtractedImage],
+    index_db: IndexDatabase,
+    rag_config: RagConfigResource,
+) -> dg.Output[list[ImageVerdict]]:
+    classifier = rag_config.load().media_enrichment.features.classifier
+    verdicts = classify_images(_with_bytes(extracted_images, index_db), classifier)
+    counts = Counter(v.verdict for v in verdicts)
+    tags = Counter(tag for v in verdicts for tag in v.tags)
+    context.log.info(f"verdicts: {dict(counts)}")
+    return dg.Output(
+        verdicts,
+        metadata={
+            "vision": counts.get("VISION", 0),
+            "ignore": counts.get("IGNORE", 0),
+            "threshold": classifier.threshold,
+            "tags": dg.MetadataValue.json(dict(tags.most_common(20))),
+        },
+    )
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="enrichment",
+    kinds={"python", "openai"},
+    pool="vision_model",
+    description="For VISION images: preprocessing, OCR, vision-LLM description when an endpoint is "
+    "configured, fused into a Meta-Content chunk; served from the enrichment cache when the key matches.",
+)
+def image_enrichments(
+    context: dg.AssetExecutionContext,
+    extracted_images: list[ExtractedImage],
+    image_verdicts: list[ImageVerdict],
+    index_db: IndexDatabase,
+    rag_config: RagConfigResource,
+) -> dg.Output[EnrichmentBatch]:
+    config = rag_config.load()
+    wanted = {v.image_sha256 for v in image_verdicts if v.verdict == "VISION"}
+    vision_images = [image for image in extracted_images if image.sha256 in wanted]
+    cache = index_db.enrichment_cache() if config.media_enrichment.features.cache.enabled else None
+    batch = enrich_document_images(
+        _with_bytes(vision_images, index_db),
+        image_verdicts,
+        config,
+        cache,
+        document_name=context.partition_key,
+        vision=vision_client_from_env(),
+    )
+    for error in batch.errors:
+        context.log.warning(error)
+    looked_up = batch.calls + batch.cache_hits
+    preview = "\n\n".join(
+        f"**{r.image_url}**\n\n```\n{r.meta_content[:600]}\n```" for r in list(batch.results.values())[:3]
+    )
+    return dg.Output(
+        batch,
+        metadata={
+            "enriched": len(batch.results),
+            "enrichment_calls": batch.calls,
+            "cache_hits": batch.cache_hits,
+            "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
+            "vision_tokens_estimate": batch.vision_tokens,
+            "fallbacks": len(batch.errors),
+            "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
+        },
+    )

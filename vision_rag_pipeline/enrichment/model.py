@@ -1,0 +1,55 @@
+"""What the enrichment stages hand each other: verdicts and enrichment results."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Verdict = Literal["IGNORE", "VISION"]
+ImageType = Literal["Image", "Screenshot", "Diagram", "Chart", "Photo", "Table", "Slide"]
+OcrLevel = Literal["High", "Medium", "Low"]
+
+
+def normalize_verdict(value: str) -> Verdict:
+    """Accept the reference architecture's name `GPT_VISION` for `VISION`."""
+    upper = value.strip().upper()
+    if upper in ("VISION", "GPT_VISION"):
+        return "VISION"
+    if upper == "IGNORE":
+        return "IGNORE"
+    raise ValueError(f"unknown verdict {value!r}: expected IGNORE, VISION or GPT_VISION")
+
+
+class ImageVerdict(BaseModel):
+    image_sha256: str
+    verdict: Verdict
+    reasons: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    scores: dict[str, float] = Field(default_factory=dict)
+    threshold: float = 0.8
+
+
+class OcrResult(BaseModel):
+    text: str = ""
+    confidence: float = 0.0  # mean word confidence, 0-100
+    level: OcrLevel = "Low"
+    languages: list[str] = Field(default_factory=list)
+
+
+class EnrichmentResult(BaseModel):
+    """The full enrichment of one VISION image; this is what the enrichment cache stores."""
+
+    image_sha256: str
+    image_url: str
+    meta_content: str  # the <meta>...</meta><content>...</content> chunk
+    description: str  # one line, used in the inline `![description](url)` annotation
+    image_type: ImageType = "Image"
+    keywords: list[str] = Field(default_factory=list)
+    ocr: OcrResult = Field(default_factory=OcrResult)
+    vlm_caption: str | None = None
+    fusion: Literal["llm", "rule"] = "rule"
+    vision_tokens: int = 0
+    errors: list[str] = Field(default_factory=list)  # provider failures that fell back offline
+    cache_key: str = ""
+    cached: bool = False

@@ -1,0 +1,38 @@
+"""extracted_images: every image of a document, its bytes moved into the content-addressed store."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from vision_rag_pipeline.documents.model import LoadedDocument
+from vision_rag_pipeline.images.model import ExtractedImage
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import IndexDatabase
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="images",
+    kinds={"python", "postgres"},
+    description="Every image part / embedded raster with alt text, caption, context and position; "
+    "bytes stored once per sha256 in the image store.",
+)
+def extracted_images(
+    context: dg.AssetExecutionContext, raw_documents: LoadedDocument, index_db: IndexDatabase
+) -> dg.Output[list[ExtractedImage]]:
+    stored = index_db.image_store().put_many(raw_documents.images)
+    images = [ExtractedImage.of(image) for image in raw_documents.images]
+    mimes: dict[str, int] = {}
+    for image in images:
+        mimes[image.mime] = mimes.get(image.mime, 0) + 1
+    context.log.info(f"{len(images)} images, {stored} new in the store")
+    return dg.Output(
+        images,
+        metadata={
+            "images": len(images),
+            "unique_images": len({i.sha256 for i in images}),
+            "newly_stored": stored,
+            "by_mime": dg.MetadataValue.json(mimes),
+            "page_images": sum(i.is_page_image for i in images),
+        },
+    )

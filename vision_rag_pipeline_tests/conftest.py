@@ -1,0 +1,33 @@
+"""Shared fixtures: an isolated VISION_RAG_HOME and one embedded Postgres per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "VISION_RAG_CONFIG", "VISION_RAG_ES_URL"):
+    os.environ.pop(_var, None)
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh state directory for the whole session (embedded Postgres lives here)."""
+    path = tmp_path_factory.mktemp("vision_rag_home")
+    os.environ["VISION_RAG_HOME"] = str(path)
+    os.environ["DAGSTER_HOME"] = str(path / "dagster")
+    (path / "dagster").mkdir()
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_url(vision_rag_home: Path) -> str:
+    """The embedded Postgres + pgvector, or VISION_RAG_PG_URL when the caller set one."""
+    from vision_rag_pipeline.indexes.postgres import database_url
+
+    return database_url()

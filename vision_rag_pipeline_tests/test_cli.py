@@ -1,0 +1,94 @@
+"""The CLI contract other work and evaluation depend on: JSON shapes and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vision_rag_pipeline.cli import SAMPLES, main
+
+INGEST_KEYS = {
+    "documents",
+    "images",
+    "images_ignored",
+    "images_enriched",
+    "enrichment_calls",
+    "cache_hits",
+    "chunks",
+    "failed",
+    "seconds",
+}
+HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image"}
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def samples() -> list[str]:
+    return sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
+
+
+def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
+    pg_url: str, samples: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("just text")
+    missing = tmp_path / "missing.pdf"
+    code, out = _run(capsys, "ingest", *samples, str(bad), str(missing), "--json")
+    report = json.loads(out)
+    assert set(report) == INGEST_KEYS
+    assert code == 1, "a failed file makes the exit code 1"
+    assert report["documents"] == len(samples), "the good files are still ingested"
+    assert {f["path"] for f in report["failed"]} == {str(bad), str(missing)}
+    assert all("\n" not in f["error"] and f["error"] for f in report["failed"])
+    assert report["chunks"] > 0 and report["images"] > 0
+    assert (
+        report["images"] == report["images_ignored"] + report["images_enriched"] or report["images_enriched"]
+    )
+
+    code, out = _run(capsys, "ingest", *samples, "--json")
+    again = json.loads(out)
+    assert code == 0
+    assert again["chunks"] == report["chunks"], "re-ingesting unchanged files keeps the chunk count"
+    assert again["enrichment_calls"] == 0, "unchanged images are served from the enrichment cache"
+
+
+def test_search_json_hits(pg_url: str, samples: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    _run(capsys, "ingest", *samples)
+    code, out = _run(capsys, "search", "revenue", "-k", "3", "--json")
+    hits = json.loads(out)
+    assert code == 0
+    assert 0 < len(hits) <= 3
+    for hit in hits:
+        assert set(hit) == HIT_KEYS
+        assert hit["document"] in samples, "document is the path as given to ingest"
+
+
+def test_config_show_json_is_the_rag_config(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "config", "show", "--json")
+    config = json.loads(out)
+    assert code == 0
+    assert config["splitter"]["chunk_size"] == 1000
+    assert config["media_enrichment"]["features"]["cache"]["key_format"] == "{domain}-{config_version}-{hash}"
+
+
+def test_invalid_config_file_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "rag.json"
+    config.write_text(json.dumps({"splitter": {"chunk_size": 100, "chunk_overlap": 200}}))
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    assert main(["config", "show"]) == 2
+    assert "chunk_overlap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["ingest"], ["search", "x", "--mode", "fuzzy"], ["bogus"]])
+def test_usage_errors_exit_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
