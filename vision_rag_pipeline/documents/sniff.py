@@ -1,0 +1,73 @@
+"""Recognise files and image payloads by their bytes, because names and declared types lie.
+
+Browsers save images under `application/octet-stream`, servers send PNGs as `image/jpeg`, and users
+rename `.mht` files to `.html`; the loaders and the CLI trust magic bytes over labels.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+_BMP_DIB_HEADER_SIZES = {12, 40, 52, 56, 64, 108, 124}
+_SVG_ROOT = re.compile(rb"<svg[\s>/]", re.IGNORECASE)
+_XML_PROLOGUE = re.compile(
+    rb"\A(?:<\?xml[^>]*>|<!--.*?-->|<!DOCTYPE[^>]*>|\s)*<svg[\s>/]", re.IGNORECASE | re.DOTALL
+)
+
+_MHTML_MARKERS = (
+    re.compile(rb"^content-type:[ \t]*multipart/related", re.IGNORECASE | re.MULTILINE),
+    re.compile(rb"^from:[ \t]*<saved by ", re.IGNORECASE | re.MULTILINE),
+)
+_MIME_VERSION = re.compile(rb"^mime-version:[ \t]*1\.0", re.IGNORECASE | re.MULTILINE)
+_HTML_CONTENT_TYPE = re.compile(rb"^content-type:[ \t]*text/html", re.IGNORECASE | re.MULTILINE)
+
+
+def sniff_image_mime(data: bytes) -> str | None:
+    """The image type the bytes really are (PNG, JPEG, GIF, WebP, BMP, TIFF, ICO, AVIF, SVG), else None."""
+    head = data[:32]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if (
+        head[:2] == b"BM"
+        and len(head) >= 18
+        and int.from_bytes(head[14:18], "little") in _BMP_DIB_HEADER_SIZES
+    ):
+        return "image/bmp"
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return "image/tiff"
+    if head[:4] in (b"\x00\x00\x01\x00", b"\x00\x00\x02\x00") and len(head) >= 6 and head[4:6] != b"\x00\x00":
+        return "image/x-icon"
+    if head[4:12] in (b"ftypavif", b"ftypavis"):
+        return "image/avif"
+    return _sniff_svg(data)
+
+
+def _sniff_svg(data: bytes) -> str | None:
+    """SVG is XML text: the first element (after prologue, comments, doctype) must be <svg>."""
+    head = data[:4096].lstrip(b"\xef\xbb\xbf")
+    if _XML_PROLOGUE.match(head) or (head.lstrip().startswith(b"<?xml") and _SVG_ROOT.search(head)):
+        return "image/svg+xml"
+    return None
+
+
+def sniff_document_kind(path: str | Path) -> Literal["mhtml", "pdf"] | None:
+    """Which loader a file needs judging by its first KB, or None when it is neither an MHTML nor a PDF."""
+    with open(path, "rb") as handle:
+        head = handle.read(1024)
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"%PDF-"):
+        return "pdf"
+    if any(marker.search(head) for marker in _MHTML_MARKERS):
+        return "mhtml"
+    if _MIME_VERSION.search(head) and _HTML_CONTENT_TYPE.search(head):
+        return "mhtml"
+    if b"%PDF-" in head:  # PDF readers accept junk before the header within the first KB
+        return "pdf"
+    return None
