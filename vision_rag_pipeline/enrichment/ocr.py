@@ -1,0 +1,360 @@
+"""Tesseract OCR that keeps the rows plain Tesseract drops.
+
+Plain Tesseract loses the facts that matter most in report images: KPI tables (ruling lines
+wreck its layout analysis), value labels inside coloured bars, light-on-dark dashboards, rotated
+scans, small type. So each image is normalised once (colour-aware, polarity-free ink map with
+ruling lines removed) and read by a few page-segmentation modes; every line any pass reads that
+the others missed is kept. At most four Tesseract runs per image, each single-threaded
+(`OMP_THREAD_LIMIT=1`): parallelism comes from a process pool, which is faster on few cores.
+
+Tesseract is called directly (the binary pytesseract is configured with, image on stdin as PGM,
+TSV on stdout): no temporary files, and the thread limit goes into the child's environment only,
+never into ours, where it would also throttle torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytesseract
+from PIL import Image, ImageFilter
+
+from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult
+from vision_rag_pipeline.enrichment.preprocess import for_ocr, run_lengths, scale_for_ocr
+
+log = logging.getLogger(__name__)
+
+HIGH_CONFIDENCE = 85.0
+MEDIUM_CONFIDENCE = 60.0
+MAX_PASSES = 4
+PASS_TIMEOUT_SECONDS = 60.0
+WORD_MIN_CONFIDENCE = 30.0  # below this Tesseract is mostly reading texture, not letters
+EXTRA_LINE_MIN_CONFIDENCE = 60.0  # a line a secondary pass adds must be this sure
+UNREAD_INK_RATIO = 0.04  # secondary sparse pass when more ink than this lies outside read words
+PROBE_MAX_SIDE = 1000
+
+_CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
+_TOKEN = re.compile(r"\w+")
+
+
+class OcrError(RuntimeError):
+    """Tesseract is missing or failed in a way that is not about the image."""
+
+
+@dataclass(frozen=True)
+class _Word:
+    text: str
+    conf: float
+    left: int
+    top: int
+    width: int
+    height: int
+
+
+@dataclass
+class _Line:
+    words: list[_Word]
+    order: int  # position in the pass's reading order
+
+    @property
+    def text(self) -> str:
+        return _CJK_GAP.sub("", " ".join(w.text for w in self.words))
+
+    @property
+    def top(self) -> int:
+        return min(w.top for w in self.words)
+
+    @property
+    def conf(self) -> float:
+        return sum(w.conf for w in self.words) / len(self.words)
+
+
+@dataclass
+class _Pass:
+    name: str
+    rotation: int
+    lines: list[_Line] = field(default_factory=list)
+
+    @property
+    def words(self) -> list[_Word]:
+        return [w for line in self.lines for w in line.words]
+
+    @property
+    def score(self) -> float:
+        """Expected number of correctly read characters: what makes one reading better than another."""
+        return sum(w.conf / 100 * len("".join(_TOKEN.findall(w.text))) for w in self.words)
+
+    @property
+    def mean_conf(self) -> float:
+        words = self.words
+        return sum(w.conf for w in words) / len(words) if words else 0.0
+
+
+@functools.lru_cache(maxsize=1)
+def available_languages() -> set[str]:
+    """Languages the local Tesseract has traineddata for (empty when Tesseract is not installed)."""
+    try:
+        out = subprocess.run(
+            [pytesseract.pytesseract.tesseract_cmd, "--list-langs"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {line.strip() for line in out.splitlines()[1:] if line.strip() and line.strip() != "osd"}
+
+
+@functools.cache
+def _warn_missing_language(language: str) -> None:
+    log.warning("Tesseract has no '%s' traineddata; OCR runs without it", language)
+
+
+def usable_languages(languages: list[str]) -> list[str]:
+    """The requested languages Tesseract can read, in order; eng when none is left."""
+    installed = available_languages()
+    if not installed:
+        raise OcrError("tesseract is not installed or not on PATH (apt-get install tesseract-ocr)")
+    usable = []
+    for language in languages:
+        if language in installed:
+            usable.append(language)
+        else:
+            _warn_missing_language(language)
+    if not usable:
+        if "eng" not in installed:
+            raise OcrError(f"none of the OCR languages {languages} is installed (have {sorted(installed)})")
+        usable = ["eng"]
+    return list(dict.fromkeys(usable))
+
+
+def confidence_level(confidence: float) -> OcrLevel:
+    """Mean word confidence (0-100) -> the `[OCR_Confidence]` level of the Meta-Content chunk."""
+    if confidence >= HIGH_CONFIDENCE:
+        return "High"
+    if confidence >= MEDIUM_CONFIDENCE:
+        return "Medium"
+    return "Low"
+
+
+def _run_tesseract(gray: Image.Image, psm: int, languages: list[str]) -> list[_Line]:
+    """One Tesseract run; its words grouped in Tesseract's lines, in its reading order."""
+    header = f"P5\n{gray.width} {gray.height}\n255\n".encode("ascii")
+    command = [pytesseract.pytesseract.tesseract_cmd, "stdin", "stdout", "--psm", str(psm)]
+    command += ["-l", "+".join(languages), "tsv"]
+    try:
+        completed = subprocess.run(
+            command,
+            input=header + gray.tobytes(),
+            capture_output=True,
+            timeout=PASS_TIMEOUT_SECONDS,
+            env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        log.warning("Tesseract pass psm %d timed out after %.0f s; pass skipped", psm, PASS_TIMEOUT_SECONDS)
+        return []
+    except OSError as exc:
+        raise OcrError(f"cannot run tesseract: {exc}") from exc
+    if completed.returncode != 0:
+        reason = completed.stderr.decode(errors="replace").strip().splitlines()
+        raise OcrError(f"tesseract failed (exit {completed.returncode}): {reason[-1] if reason else ''}")
+    return _parse_tsv(completed.stdout.decode("utf-8", errors="replace"))
+
+
+def _parse_tsv(tsv: str) -> list[_Line]:
+    lines: dict[tuple[str, str, str], _Line] = {}
+    for row in tsv.splitlines()[1:]:
+        cells = row.split("\t")
+        if len(cells) < 12 or cells[0] != "5":
+            continue
+        text = cells[11].strip()
+        conf = float(cells[10])
+        if not text or conf < WORD_MIN_CONFIDENCE or not _TOKEN.search(text):
+            continue
+        word = _Word(text, conf, int(cells[6]), int(cells[7]), int(cells[8]), int(cells[9]))
+        key = (cells[2], cells[3], cells[4])
+        if key not in lines:
+            lines[key] = _Line([], len(lines))
+        lines[key].words.append(word)
+    return [line for line in lines.values() if not _is_debris(line)]
+
+
+def _is_debris(line: _Line) -> bool:
+    """One or two characters alone on a line, not read with certainty: a corner, tick or bullet."""
+    return len("".join(_TOKEN.findall(line.text))) < 3 and line.conf < 90
+
+
+def ink_map(rgb: Image.Image, text_height: float | None) -> np.ndarray:
+    """How far each pixel departs from its local background, 0-255, over the most telling channel.
+
+    The background is a median over a window wider than any stroke, so it follows coloured bars
+    and dark panels but not letters: white labels inside a dark bar and dark text on a white page
+    both become ink, and red-on-green text does not vanish in a grey conversion.
+    """
+    window = max(24.0, 1.5 * (text_height or 16.0))
+    factor = max(2, round(window / 7))
+    small = rgb.resize((max(1, rgb.width // factor), max(1, rgb.height // factor)), Image.Resampling.BOX)
+    background = small.filter(ImageFilter.MedianFilter(7)).resize(rgb.size, Image.Resampling.BILINEAR)
+    difference = np.abs(np.asarray(rgb, dtype=np.int16) - np.asarray(background, dtype=np.int16))
+    return difference.max(axis=2).astype(np.uint8)
+
+
+def remove_ruling_lines(ink: np.ndarray, text_height: float | None) -> tuple[np.ndarray, int]:
+    """Blank long thin horizontal and vertical strokes (table grids, axes, bar edges).
+
+    Returns the cleaned ink map and how many pixels were removed. A stroke counts as a rule when
+    it runs longer than several characters and is thinner than a letter, so blurred text whose
+    letters touch is left alone.
+    """
+    height = text_height or 16.0
+    mask = ink > 80
+    min_length = max(40, round(4 * height))
+    max_thickness = max(3, round(0.4 * height))
+    horizontal = run_lengths(mask, axis=1) >= min_length
+    horizontal &= run_lengths(horizontal, axis=0) <= max_thickness
+    vertical = run_lengths(mask, axis=0) >= min_length
+    vertical &= run_lengths(vertical, axis=1) <= max_thickness
+    rules = horizontal | vertical
+    if not rules.any():
+        return ink, 0
+    rules = _widen(rules, max_thickness // 2)  # a rule's fringe and the corners where rules meet
+    cleaned = ink.copy()
+    cleaned[rules] = 0
+    return cleaned, int(rules.sum())
+
+
+def _widen(mask: np.ndarray, reach: int) -> np.ndarray:
+    """Dilate a mask by `reach` pixels in every direction (separable square max filter)."""
+    out = mask.copy()
+    for axis in (0, 1):
+        grown = out.copy()
+        for shift in range(1, reach + 1):
+            ahead = [slice(None), slice(None)]
+            behind = [slice(None), slice(None)]
+            ahead[axis], behind[axis] = slice(shift, None), slice(None, -shift)
+            grown[tuple(behind)] |= out[tuple(ahead)]
+            grown[tuple(ahead)] |= out[tuple(behind)]
+        out = grown
+    return out
+
+
+def _as_page(ink: np.ndarray) -> Image.Image:
+    """Ink map -> black text on white, contrast stretched, the way Tesseract likes it."""
+    cumulative = np.cumsum(np.bincount(ink.ravel(), minlength=256))
+    peak = max(float(np.searchsorted(cumulative, 0.995 * cumulative[-1])), 40.0)
+    scaled = np.clip(ink.astype(np.float32) * (255.0 / peak), 0, 255)
+    return Image.fromarray((255 - scaled).astype(np.uint8), mode="L")
+
+
+def _unread_ink_ratio(page: Image.Image, lines: list[_Line]) -> float:
+    """Share of the ink that no read word covers: labels a layout pass skipped."""
+    ink = np.asarray(page) < 128
+    total = int(ink.sum())
+    if total == 0:
+        return 0.0
+    covered = np.zeros_like(ink)
+    for word in (w for line in lines for w in line.words):
+        pad = max(2, word.height // 3)
+        covered[
+            max(0, word.top - pad) : word.top + word.height + pad,
+            max(0, word.left - pad) : word.left + word.width + pad,
+        ] = True
+    return float((ink & ~covered).sum()) / total
+
+
+def _looks_vertical(page: Image.Image) -> bool:
+    """Text lines run top to bottom: the column profile of the ink is striped, the row profile is not."""
+    ink = np.asarray(page) < 128
+    if ink.sum() < 50:
+        return False
+    row_profile, column_profile = ink.mean(axis=1), ink.mean(axis=0)
+    rows_striped = row_profile.std() / row_profile.mean()
+    columns_striped = column_profile.std() / column_profile.mean()
+    return bool(columns_striped > 1.5 * rows_striped)
+
+
+def _tokens(text: str) -> set[str]:
+    return {t.lower() for t in _TOKEN.findall(text)}
+
+
+def _merge(passes: list[_Pass]) -> list[_Line]:
+    """The best pass's lines plus every confident line another pass read and the best one missed.
+
+    An added line goes right after the best pass's line just above it when both passes saw the
+    page the same way up, else at the end; the best pass's own reading order is kept as is.
+    """
+    best = max(passes, key=lambda p: p.score)
+    placed: list[tuple[float, int, _Line]] = [(float(i), 0, line) for i, line in enumerate(best.lines)]
+    seen = set().union(*(_tokens(line.text) for line in best.lines))
+    for other in sorted((p for p in passes if p is not best), key=lambda p: -p.score):
+        for line in other.lines:
+            tokens = _tokens(line.text)
+            # a pass that saw the page another way up agrees only by chance unless it is sure
+            needed = EXTRA_LINE_MIN_CONFIDENCE if other.rotation == best.rotation else HIGH_CONFIDENCE
+            if line.conf < needed or tokens <= seen:
+                continue
+            seen |= tokens
+            position = float(len(best.lines))
+            if other.rotation == best.rotation:
+                above = [i for i, kept in enumerate(best.lines) if kept.top <= line.top]
+                position = (max(above) if above else -1) + 0.5
+            placed.append((position, line.top, line))
+    return [line for _, _, line in sorted(placed, key=lambda item: (item[0], item[1]))]
+
+
+def _result(lines: list[_Line], languages: list[str]) -> OcrResult:
+    words = [w for line in lines for w in line.words]
+    confidence = sum(w.conf for w in words) / len(words) if words else 0.0
+    return OcrResult(
+        text="\n".join(line.text for line in lines),
+        confidence=round(confidence, 1),
+        level=confidence_level(confidence),
+        languages=languages,
+    )
+
+
+def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
+    """Read every line of text in the image (at most `MAX_PASSES` Tesseract runs).
+
+    Pass 1 reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
+    A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure; when the
+    best reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
+    vertically) or by 180 degrees (reading is poor).
+    """
+    langs = usable_languages(languages or ["eng"])
+    rgb, text_height = scale_for_ocr(img, keep_colour=True)
+    ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
+    page = _as_page(ink)
+
+    # a page with ruling lines is a table or a chart: read it row by row (psm 6), else by layout (psm 3)
+    passes = [_Pass("rows" if removed else "layout", 0, _run_tesseract(page, 6 if removed else 3, langs))]
+    first = passes[0]
+    if first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO:
+        passes.append(_Pass("sparse", 0, _run_tesseract(page, 11, langs)))
+    best = max(passes, key=lambda p: p.score)
+    rotations: list[int] = []
+    if best.mean_conf < HIGH_CONFIDENCE and _looks_vertical(page):
+        rotations = [90, 270]
+    elif best.mean_conf < MEDIUM_CONFIDENCE or len(best.words) < 3:
+        rotations = [180]
+    for rotation in rotations[: MAX_PASSES - len(passes)]:
+        rotated = page.rotate(rotation, expand=True, fillcolor=255)
+        passes.append(_Pass(f"rotated {rotation}", rotation, _run_tesseract(rotated, 3, langs)))
+    return _result(_merge(passes), langs)
+
+
+def probe_text(img: Image.Image) -> OcrResult:
+    """One cheap sparse-text pass in English on a copy at most 1000 px wide: is there text at all?"""
+    gray = img.convert("L")
+    if max(gray.size) > PROBE_MAX_SIDE:
+        gray.thumbnail((PROBE_MAX_SIDE, PROBE_MAX_SIDE))
+    gray = for_ocr(gray)
+    langs = usable_languages(["eng"])
+    return _result(_run_tesseract(gray, 11, langs), langs)

@@ -1,0 +1,269 @@
+"""Turn image bytes as found in documents into clean RGB pictures for OCR and the vision model.
+
+Documents carry every kind of raster (palette GIFs, CMYK JPEGs, 16-bit PNGs, animated WebPs) and
+some hostile ones (decompression bombs, SVG with entity tricks). Everything downstream gets an
+8-bit RGB `PIL.Image`, or an `ImageError` whose message says in one line why not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import zlib
+from xml.parsers import expat
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+# 40 megapixels: a 600 dpi A3 scan fits; a 50,000 x 50,000 "bomb" (2.5 GP) does not.
+MAX_IMAGE_PIXELS = 40_000_000
+# (Pillow's own guard, left at its default, refuses far larger ones while opening the header.)
+
+SVG_MIMES = frozenset({"image/svg+xml", "image/svg"})
+_SVG_TEXT_TAGS = frozenset({"text", "title", "desc"})
+
+# What the vision providers do to an image before billing it (OpenAI's published rules).
+LOW_DETAIL_BOX = 512
+HIGH_DETAIL_BOX = 2048
+HIGH_DETAIL_SHORT_SIDE = 768
+
+# Tesseract reads body text best from about 20 px font size up; smaller text is enlarged to ~20 px.
+OCR_TARGET_TEXT_HEIGHT = 20
+OCR_MAX_UPSCALE = 3.0
+OCR_MAX_PIXELS = 12_000_000
+RULE_LENGTH = 40  # px: a straight stroke this long is a rule or a bar edge, not a letter
+
+
+class ImageError(ValueError):
+    """An image that cannot be used; the message is one line naming the reason."""
+
+
+def is_svg(data: bytes, mime: str) -> bool:
+    """By declared type, or by content for SVG saved under a generic type (octet-stream)."""
+    if mime.split(";")[0].strip().lower() in SVG_MIMES:
+        return True
+    head = data[:1024].lstrip().lower()
+    return head.startswith((b"<?xml", b"<svg", b"<!--")) and b"<svg" in head
+
+
+def load_image(data: bytes, mime: str) -> Image.Image:
+    """Decode the first frame of any raster Pillow reads into 8-bit RGB (alpha composited on white)."""
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"image too large: {len(data):,} bytes > {MAX_IMAGE_BYTES:,} byte limit")
+    if not data:
+        raise ImageError("image is empty (0 bytes)")
+    if is_svg(data, mime):
+        raise ImageError("SVG not rasterized: no SVG rasterizer is installed; its <text>/<title> is indexed")
+    try:
+        img = Image.open(io.BytesIO(data))
+        width, height = img.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise ImageError(
+                f"decompression bomb refused: {width}x{height} = {width * height:,} pixels "
+                f"> {MAX_IMAGE_PIXELS:,} pixel limit"
+            )
+        img.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
+        img.load()
+    except ImageError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"decompression bomb refused: {exc}") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(f"undecodable image ({mime or 'unknown type'}): {_one_line(exc)}") from exc
+    with contextlib.suppress(OSError, ValueError, TypeError):  # broken EXIF must not cost the picture
+        img = ImageOps.exif_transpose(img)
+    return _to_rgb(img)
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    mode = img.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        img = _to_8bit(img)
+        mode = img.mode
+    if mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    elif mode in ("LA", "La", "PA", "RGBa") or (mode in ("L", "RGB") and "transparency" in img.info):
+        img = img.convert("RGBA")
+    if img.mode == "RGBA":
+        background = Image.new("RGB", img.size, (255, 255, 255))
+        background.paste(img, mask=img.getchannel("A"))
+        return background
+    return img.convert("RGB") if img.mode != "RGB" else img
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    """Stretch 16-bit / 32-bit / float grey levels over 0-255 (a plain convert would clip to white)."""
+    values = np.asarray(img, dtype=np.float64)
+    low, high = float(values.min()), float(values.max())
+    scaled = np.zeros_like(values) if high <= low else (values - low) * (255.0 / (high - low))
+    return Image.fromarray(scaled.round().astype(np.uint8), mode="L")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _gunzip_limited(data: bytes) -> bytes:
+    """Inflate SVGZ without letting a zip bomb past the 20 MB limit."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, MAX_IMAGE_BYTES + 1)
+    except zlib.error as exc:
+        raise ImageError(f"undecodable SVGZ: {_one_line(exc)}") from exc
+    if len(out) > MAX_IMAGE_BYTES:
+        raise ImageError(f"SVGZ inflates past the {MAX_IMAGE_BYTES:,} byte limit")
+    return out
+
+
+def svg_text(data: bytes) -> str:
+    """The words an SVG carries itself (<text>, <title>, <desc>), one element per line.
+
+    Charts exported as SVG keep their labels as text, so they stay searchable even though we do
+    not rasterize SVG. DTDs and entity declarations are refused outright (billion laughs, XXE).
+    """
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ImageError(f"image too large: {len(data):,} bytes > {MAX_IMAGE_BYTES:,} byte limit")
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip_limited(data)
+    parser = expat.ParserCreate()
+    lines: list[str] = []
+    stack: list[list[str] | None] = []  # per open element: its text buffer when it is a text tag
+
+    def refuse_dtd(*_args: object) -> None:
+        raise ImageError("SVG refused: it declares a DTD or entities")
+
+    def start(tag: str, _attrs: dict[str, str]) -> None:
+        local = tag.rsplit("}", 1)[-1].rsplit(":", 1)[-1]
+        inside_text = any(buffer is not None for buffer in stack)
+        stack.append([] if local in _SVG_TEXT_TAGS and not inside_text else None)
+
+    def end(_tag: str) -> None:
+        buffer = stack.pop()
+        if buffer is not None:
+            line = " ".join("".join(buffer).split())
+            if line and line not in lines:
+                lines.append(line)
+
+    def characters(chunk: str) -> None:
+        for buffer in reversed(stack):
+            if buffer is not None:
+                buffer.append(chunk)
+                return
+
+    parser.StartDoctypeDeclHandler = refuse_dtd
+    parser.EntityDeclHandler = refuse_dtd
+    parser.ExternalEntityRefHandler = refuse_dtd
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = characters
+    try:
+        parser.Parse(data, True)
+    except expat.ExpatError as exc:
+        raise ImageError(f"undecodable SVG: {_one_line(exc)}") from exc
+    return "\n".join(lines)
+
+
+def _fit(size: tuple[int, int], box: int) -> tuple[int, int]:
+    width, height = size
+    scale = min(1.0, box / max(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def vision_size(size: tuple[int, int], detail_mode: str) -> tuple[int, int]:
+    """The size the provider looks at: low fits 512x512; high/auto fit 2048x2048, then short side <= 768."""
+    if detail_mode == "low":
+        return _fit(size, LOW_DETAIL_BOX)
+    width, height = _fit(size, HIGH_DETAIL_BOX)
+    scale = min(1.0, HIGH_DETAIL_SHORT_SIDE / min(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def encode_for_vision(img: Image.Image, detail_mode: str) -> tuple[bytes, str, tuple[int, int]]:
+    """Resize as the provider would (sending more pixels only costs upload time) and encode.
+
+    Graphics with few colours (text, charts, screenshots) go as PNG so letters stay sharp;
+    photos as JPEG, which is a fraction of the size.
+    """
+    size = vision_size(img.size, detail_mode)
+    resized = img.convert("RGB")
+    if size != resized.size:
+        resized = resized.resize(size, Image.Resampling.LANCZOS)
+    sample = resized.copy()
+    sample.thumbnail((128, 128))
+    buffer = io.BytesIO()
+    if sample.getcolors(maxcolors=256) is not None:
+        resized.save(buffer, format="PNG", optimize=False)
+        return buffer.getvalue(), "image/png", size
+    resized.save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue(), "image/jpeg", size
+
+
+def run_lengths(mask: np.ndarray, axis: int) -> np.ndarray:
+    """For each True pixel, the length of the run of True it belongs to along `axis`."""
+    grid = mask if axis == 1 else mask.T
+    rows, width = grid.shape
+    edges = np.diff(np.pad(grid, ((0, 0), (1, 1))).astype(np.int8), axis=1).ravel()  # rows x (width + 1)
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    steps = np.zeros(edges.size + 1, dtype=np.int32)
+    steps[starts] += ends - starts
+    steps[ends] -= ends - starts
+    out = np.cumsum(steps[:-1]).reshape(rows, width + 1)[:, :width]
+    return out if axis == 1 else out.T
+
+
+def text_line_height(gray: np.ndarray) -> float | None:
+    """Median height of the ink bands in the horizontal projection: roughly the font size in pixels.
+
+    Ink is whatever differs from the dominant (background) grey level, so light-on-dark works too.
+    """
+    if gray.size == 0:
+        return None
+    background = int(np.bincount(gray.ravel(), minlength=256).argmax())  # the most common grey
+    ink = np.abs(gray.astype(np.int16) - background) > 60
+    # table grids, axes and bars are not text: drop long strokes before measuring
+    ink &= (run_lengths(ink, axis=1) < RULE_LENGTH) & (run_lengths(ink, axis=0) < RULE_LENGTH)
+    rows = ink.mean(axis=1) > 0.002
+    if not rows.any():
+        return None
+    edges = np.diff(np.concatenate(([0], rows.view(np.int8), [0])))
+    heights = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+    heights = heights[heights >= 4]  # rules, dots and noise are not text lines
+    return float(np.median(heights)) if heights.size else None
+
+
+def _ocr_scale(height: float | None, pixels: int) -> float:
+    """How much to enlarge (or shrink) so text lands near Tesseract's preferred height."""
+    if height is None:
+        return 1.0
+    if height < OCR_TARGET_TEXT_HEIGHT * 0.7:
+        return min(OCR_MAX_UPSCALE, OCR_TARGET_TEXT_HEIGHT / height)
+    # only big scans in big type shrink (speed); a merged band (rotated text) must not shrink small images
+    if pixels > OCR_MAX_PIXELS / 3 and height > OCR_TARGET_TEXT_HEIGHT * 6:
+        return max(0.5, OCR_TARGET_TEXT_HEIGHT * 3 / height)
+    return 1.0
+
+
+def scale_for_ocr(img: Image.Image, *, keep_colour: bool = False) -> tuple[Image.Image, float | None]:
+    """`for_ocr`, plus the text line height measured on the result (None when there is no text line)."""
+    gray = img.convert("L")
+    height = text_line_height(np.asarray(gray))
+    width, image_height = gray.size
+    scale = min(_ocr_scale(height, width * image_height), math.sqrt(OCR_MAX_PIXELS / (width * image_height)))
+    out = img.convert("RGB") if keep_colour else gray
+    if abs(scale - 1.0) < 0.1:
+        return out, height
+    size = (max(1, round(width * scale)), max(1, round(image_height * scale)))
+    method = Image.Resampling.LANCZOS if scale < 1 else Image.Resampling.BICUBIC
+    return out.resize(size, method), None if height is None else height * scale
+
+
+def for_ocr(img: Image.Image, *, keep_colour: bool = False) -> Image.Image:
+    """Greyscale (or RGB with `keep_colour`), small text upscaled (up to x3), huge images capped at 12 MP.
+
+    The scale follows the measured line height rather than the image size: an 800x600 slide
+    with 40 px headings needs nothing, a 1200 px wide table in 9 px type needs x2-3.
+    """
+    return scale_for_ocr(img, keep_colour=keep_colour)[0]

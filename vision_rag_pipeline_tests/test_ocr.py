@@ -1,0 +1,108 @@
+"""OCR on generated images of the kinds plain Tesseract gets wrong in reports."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from vision_rag_pipeline.enrichment import ocr
+from vision_rag_pipeline.enrichment.ocr import confidence_level, ocr_image, usable_languages
+
+pytestmark = pytest.mark.skipif(not ocr.available_languages(), reason="tesseract is not installed")
+
+SENTENCES = [
+    "Quarterly revenue grew 12 percent to 4,210 million",
+    "Operating margin improved in every region",
+    "Headcount reached 18,300 employees worldwide",
+]
+
+
+def _font(size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.load_default(size=size)
+
+
+def _text_image(foreground: str = "black", background: str = "white") -> Image.Image:
+    img = Image.new("RGB", (800, 600), background)
+    draw = ImageDraw.Draw(img)
+    for row, sentence in enumerate(SENTENCES):
+        draw.text((30, 60 + row * 50), sentence, fill=foreground, font=_font(22))
+    return img
+
+
+def _words(text: str) -> set[str]:
+    return set(text.lower().split())
+
+
+def test_a_rendered_paragraph_is_read_back_with_high_confidence() -> None:
+    result = ocr_image(_text_image(), ["eng"])
+    assert {"quarterly", "revenue", "4,210", "headcount", "18,300"} <= _words(result.text)
+    assert result.level == "High"
+    assert result.languages == ["eng"]
+
+
+def test_light_text_on_a_dark_dashboard_is_read() -> None:
+    result = ocr_image(_text_image(foreground="#e8e8e8", background="#1b2330"), ["eng"])
+    assert {"operating", "margin", "region", "4,210"} <= _words(result.text)
+
+
+def test_a_kpi_table_with_grid_lines_reads_its_cells_row_by_row() -> None:
+    rows = [("Metric", "Q1", "Q2"), ("Revenue", "4,210", "4,380"), ("Churn", "2.1%", "1.9%")]
+    img = Image.new("RGB", (800, 600), "white")
+    draw = ImageDraw.Draw(img)
+    columns, top, height = [40, 300, 520, 760], 80, 70
+    for r in range(len(rows) + 1):
+        draw.line([(columns[0], top + r * height), (columns[-1], top + r * height)], fill="black", width=3)
+    for x in columns:
+        draw.line([(x, top), (x, top + len(rows) * height)], fill="black", width=3)
+    for r, row in enumerate(rows):
+        for c, value in enumerate(row):
+            draw.text((columns[c] + 14, top + r * height + 22), value, fill="black", font=_font(24))
+    lines = ocr_image(img, ["eng"]).text.splitlines()
+    assert "Revenue 4,210 4,380" in lines
+    assert "Churn 2.1% 1.9%" in lines
+
+
+def test_value_labels_inside_dark_bars_are_read() -> None:
+    img = Image.new("RGB", (800, 600), "white")
+    draw = ImageDraw.Draw(img)
+    bars = [("North", 820, "#1f3b73"), ("South", 640, "#7a1f1f"), ("West", 455, "#333333")]
+    for i, (region, value, colour) in enumerate(bars):
+        y = 80 + i * 130
+        draw.rectangle([150, y, 150 + value * 0.7, y + 80], fill=colour)
+        draw.text((20, y + 26), region, fill="black", font=_font(26))
+        draw.text((170, y + 26), f"{value} units", fill="white", font=_font(26))
+    words = _words(ocr_image(img, ["eng"]).text)
+    assert {"north", "south", "west", "820", "640", "455"} <= words
+
+
+def test_text_turned_by_90_degrees_is_read() -> None:
+    result = ocr_image(_text_image().rotate(90, expand=True), ["eng"])
+    assert {"quarterly", "revenue", "headcount"} <= _words(result.text)
+
+
+def test_a_blank_image_reads_nothing_with_low_confidence() -> None:
+    result = ocr_image(Image.new("RGB", (400, 300), "white"), ["eng"])
+    assert result.text == "" and result.level == "Low" and result.confidence == 0
+
+
+@pytest.mark.parametrize(
+    ("confidence", "level"),
+    [(96.0, "High"), (85.0, "High"), (84.9, "Medium"), (60.0, "Medium"), (59.9, "Low")],
+)
+def test_confidence_levels(confidence: float, level: str) -> None:
+    assert confidence_level(confidence) == level
+
+
+def test_missing_languages_are_dropped_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=ocr.__name__):
+        assert usable_languages(["xx_missing", "eng"]) == ["eng"]
+        assert usable_languages(["xx_missing"]) == ["eng"]
+    assert sum("xx_missing" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.skipif("chi_sim" not in ocr.available_languages(), reason="chi_sim traineddata not installed")
+def test_chinese_is_used_when_asked_and_installed() -> None:
+    assert usable_languages(["eng", "chi_sim"]) == ["eng", "chi_sim"]
+    assert ocr_image(_text_image(), ["chi_sim", "eng"]).languages == ["chi_sim", "eng"]
