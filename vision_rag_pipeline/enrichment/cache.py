@@ -1,0 +1,153 @@
+"""The enrichment cache: finished enrichments in Postgres (the index database), keyed by image + settings.
+
+An entry expires `expiry` (DD:HH:MM:SS) after its last use: every hit pushes the deadline out
+(sliding expiry); `None` keeps it forever. Lookups for a whole document are one query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from psycopg.types.json import Jsonb
+
+from vision_rag_pipeline.config import RagConfig, parse_expiry_seconds
+from vision_rag_pipeline.enrichment.model import EnrichmentResult
+from vision_rag_pipeline.indexes.postgres import connect
+
+OFFLINE_ENGINE = "offline"
+
+_CREATE_TABLE = """
+CREATE TABLE IF NOT EXISTS enrichment_cache (
+    key text PRIMARY KEY,
+    value jsonb NOT NULL,
+    created_at timestamptz NOT NULL,
+    last_access timestamptz NOT NULL,
+    expires_at timestamptz,
+    hits integer NOT NULL DEFAULT 0
+)
+"""
+
+# One statement per batch: live rows are touched (sliding expiry, hit count) and returned,
+# expired rows among the requested keys are deleted; both CTEs see the same snapshot.
+_GET_MANY = """
+WITH expired AS (
+    DELETE FROM enrichment_cache
+    WHERE key = ANY(%(keys)s) AND expires_at IS NOT NULL AND expires_at <= %(now)s
+), live AS (
+    UPDATE enrichment_cache
+    SET last_access = %(now)s, hits = hits + 1, expires_at = %(expires_at)s
+    WHERE key = ANY(%(keys)s) AND (expires_at IS NULL OR expires_at > %(now)s)
+    RETURNING key, value
+)
+SELECT key, value FROM live
+"""
+
+_PUT = """
+INSERT INTO enrichment_cache (key, value, created_at, last_access, expires_at, hits)
+VALUES (%s, %s, %s, %s, %s, 0)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, created_at = EXCLUDED.created_at,
+    last_access = EXCLUDED.last_access, expires_at = EXCLUDED.expires_at, hits = 0
+"""
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str) -> str:
+    """`features.cache.key_format` filled with the config's domain and version and the settings hash.
+
+    The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
+    `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages and
+    the fusion settings — every setting that changes the output, so any change yields a new key.
+    OCR `max_workers` is left out: it changes speed, not results.
+
+    `engine` names who computes the enrichment: "offline" (OCR + rule fusion) or the vision
+    endpoint. Without it an OCR-only result cached while no endpoint was configured would keep
+    being served after one is, and the VLM would never run for those images.
+    """
+    if isinstance(image_sha256_or_bytes, bytes):
+        digest = hashlib.sha256(image_sha256_or_bytes).hexdigest()
+    else:
+        digest = image_sha256_or_bytes.lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"cache_key needs image bytes or a sha256 hex digest, got {digest[:80]!r}")
+    enrichment = config.media_enrichment
+    settings = {
+        "features": enrichment.features.model_dump(mode="json"),
+        "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers"}),
+        "fusion": enrichment.fusion.model_dump(mode="json"),
+        "engine": engine,
+    }
+    settings_hash = hashlib.sha256(f"{digest}\n{canonical_json(settings)}".encode()).hexdigest()
+    key_format = enrichment.features.cache.key_format
+    try:
+        return key_format.format(
+            domain=config.domain, config_version=config.config_version, hash=settings_hash
+        )
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"cache key_format {key_format!r}: only {{domain}}, {{config_version}} and {{hash}} are known"
+        ) from exc
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+class EnrichmentCache:
+    """Postgres-backed; `clock` (seconds since the epoch) is injectable so tests can move time."""
+
+    def __init__(self, url: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self.clock = clock
+        self.stats = CacheStats()
+        self._table_ready = False
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), tz=UTC)
+
+    def _ensure_table(self) -> None:
+        if not self._table_ready:
+            with connect(self.url) as conn:
+                conn.execute(_CREATE_TABLE)
+            self._table_ready = True
+
+    def get_many(self, keys: Iterable[str], *, expiry: str | None) -> dict[str, EnrichmentResult]:
+        """The live entries among `keys` (marked `cached=True`); each hit is kept for `expiry` more."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return {}
+        self._ensure_table()
+        now = self._now()
+        expires_at = None if expiry is None else now + timedelta(seconds=parse_expiry_seconds(expiry))
+        with connect(self.url) as conn:
+            rows = conn.execute(_GET_MANY, {"keys": wanted, "now": now, "expires_at": expires_at}).fetchall()
+        found = {
+            key: EnrichmentResult.model_validate(value).model_copy(update={"cached": True})
+            for key, value in rows
+        }
+        self.stats.hits += len(found)
+        self.stats.misses += len(wanted) - len(found)
+        return found
+
+    def put_many(self, results: dict[str, EnrichmentResult], *, expiry: str | None) -> None:
+        """Store (or replace) each result under its key, expiring `expiry` from now."""
+        if not results:
+            return
+        self._ensure_table()
+        now = self._now()
+        expires_at = None if expiry is None else now + timedelta(seconds=parse_expiry_seconds(expiry))
+        rows = [
+            (key, Jsonb(result.model_dump(mode="json", exclude={"cached"})), now, now, expires_at)
+            for key, result in results.items()
+        ]
+        with connect(self.url) as conn, conn.cursor() as cur:
+            cur.executemany(_PUT, rows)

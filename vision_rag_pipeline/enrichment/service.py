@@ -1,0 +1,442 @@
+"""Enrich a document's VISION images: cache lookup, OCR (+ VLM), fusion into Meta-Content, cache store.
+
+OCR runs in a process pool (Tesseract is CPU-bound and single-threaded per image), reused for
+the life of the process; vision-model calls run in threads alongside it (they only wait on the
+network). A provider failure is recorded on the image and the offline result is used instead;
+such fallbacks are not cached, so the next run asks the provider again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import binascii
+import io
+import multiprocessing
+import os
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from pydantic import BaseModel, Field, ValidationError
+
+from vision_rag_pipeline.config import MllmFeature, RagConfig, load_config
+from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE, EnrichmentCache, cache_key
+from vision_rag_pipeline.enrichment.classifier import classify_images
+from vision_rag_pipeline.enrichment.cost import vision_tokens
+from vision_rag_pipeline.enrichment.fusion import (
+    Fused,
+    fuse_by_rule,
+    fuse_with_llm,
+    meta_content,
+    parse_meta_content,
+)
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
+from vision_rag_pipeline.enrichment.ocr import OcrError, ocr_image
+from vision_rag_pipeline.enrichment.preprocess import (
+    MAX_IMAGE_BYTES,
+    ImageError,
+    encode_for_vision,
+    load_image,
+    svg_text,
+)
+from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage, vision_client_from_env
+
+MAX_IMAGES_PER_REQUEST = 10
+
+
+class EnrichmentBatch(BaseModel):
+    """One document's enrichments, keyed by image sha256, with what it cost."""
+
+    results: dict[str, EnrichmentResult] = Field(default_factory=dict)
+    calls: int = 0  # enrichments computed (cache misses): OCR + fusion, plus the VLM when configured
+    cache_hits: int = 0
+    vision_tokens: int = 0  # estimated vision tokens of the VLM calls made in this batch
+    errors: list[str] = Field(default_factory=list)
+
+
+# --- OCR in a process pool -----------------------------------------------------------------------
+
+
+def _looks_like_svg(image: DocumentImage) -> bool:
+    return "svg" in image.mime.lower() or b"<svg" in image.data[:2048].lower()
+
+
+def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
+    """An SVG we cannot rasterize is read from its own <text>/<title>: exact, so full confidence."""
+    try:
+        text = svg_text(data)
+    except ImageError as exc:
+        return OcrResult(), str(exc)
+    return OcrResult(text=text, confidence=100.0 if text else 0.0, level="High" if text else "Low"), None
+
+
+_pool: ProcessPoolExecutor | None = None
+_pool_workers = 0
+_pool_lock = threading.Lock()
+
+
+def _shutdown_pool() -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = None
+
+
+def _process_pool(workers: int) -> ProcessPoolExecutor:
+    """The process-wide OCR pool, created on first use ("spawn": safe next to threads and DB clients)."""
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is not None and _pool_workers != workers:
+            _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = None
+        if _pool is None:
+            if _pool_workers == 0:
+                atexit.register(_shutdown_pool)
+            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            _pool_workers = workers
+        return _pool
+
+
+def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, tuple[OcrResult, str | None]]:
+    """OCR text per image, or empty text and the reason it could not be read.
+
+    Images are decoded here and the decoded picture is sent to the pool, so a worker only
+    imports the OCR module, and decoding the next image overlaps with OCR of the previous ones.
+    """
+    ocr_config = config.media_enrichment.ocr
+    workers = ocr_config.max_workers or os.cpu_count() or 1
+    pool = _process_pool(workers) if len(images) > 1 and workers > 1 else None
+    results: dict[str, tuple[OcrResult, str | None]] = {}
+    pending: dict[str, Future[OcrResult]] = {}
+    for sha, image in images.items():
+        try:
+            picture = load_image(image.data, image.mime)
+        except ImageError as exc:
+            results[sha] = _svg_ocr(image.data) if _looks_like_svg(image) else (OcrResult(), str(exc))
+            continue
+        if pool is not None:
+            pending[sha] = pool.submit(ocr_image, picture, ocr_config.languages)
+            continue
+        try:
+            results[sha] = (ocr_image(picture, ocr_config.languages), None)
+        except OcrError as exc:
+            results[sha] = (OcrResult(), str(exc))
+    for sha, future in pending.items():
+        try:
+            results[sha] = (future.result(), None)
+        except OcrError as exc:
+            results[sha] = (OcrResult(), str(exc))
+        except BrokenProcessPool:
+            _shutdown_pool()  # a crashed worker (OOM, signal) poisons the pool; the next batch gets a new one
+            results[sha] = (OcrResult(), "OCR worker process died")
+    return results
+
+
+# --- vision model --------------------------------------------------------------------------------
+
+
+def _describe(vision: VisionClient, image: DocumentImage, feature: MllmFeature) -> tuple[str, int]:
+    """The VLM caption of one image and its estimated token cost."""
+    img = load_image(image.data, image.mime)
+    data, mime, (width, height) = encode_for_vision(img, feature.detail_mode)
+    caption = vision.describe_one(VisionImage(data, mime), feature)
+    return caption, vision_tokens(width, height, feature.detail_mode)
+
+
+@dataclass
+class _Computed:
+    ocr: OcrResult
+    caption: str | None = None
+    tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _compute(
+    images: dict[str, DocumentImage],
+    tags: dict[str, list[str]],
+    sources: dict[str, str],
+    config: RagConfig,
+    vision: VisionClient | None,
+) -> dict[str, tuple[_Computed, Fused]]:
+    """OCR every image in the process pool while the VLM describes them in threads, then fuse."""
+    mllm = config.media_enrichment.features.mllm
+    with ThreadPoolExecutor(max_workers=vision.max_concurrency if vision else 1) as threads:
+        captions: dict[str, Future[tuple[str, int]]] = {}
+        if vision is not None and mllm.enabled:
+            captions = {sha: threads.submit(_describe, vision, img, mllm) for sha, img in images.items()}
+        computed = {}
+        for sha, (ocr, error) in _ocr_all(images, config).items():
+            computed[sha] = _Computed(ocr, errors=[f"ocr: {error}"] if error else [])
+        for sha, future in captions.items():
+            try:
+                computed[sha].caption, computed[sha].tokens = future.result()
+            except (VisionError, ImageError) as exc:
+                computed[sha].errors.append(f"vision: {exc}")
+        fusions = {
+            sha: threads.submit(_fuse, img, tags.get(sha, []), computed[sha], sources[sha], config, vision)
+            for sha, img in images.items()
+        }
+        return {sha: (computed[sha], future.result()) for sha, future in fusions.items()}
+
+
+# --- fusion and the batch ------------------------------------------------------------------------
+
+
+def _fuse(
+    image: DocumentImage,
+    tags: list[str],
+    computed: _Computed,
+    source: str,
+    config: RagConfig,
+    vision: VisionClient | None,
+) -> Fused:
+    """LLM fusion when an endpoint is configured and wanted, else (or when it fails) rule fusion."""
+    enrichment = config.media_enrichment
+    max_keywords = enrichment.fusion.max_keywords
+    if vision is not None and enrichment.fusion.use_llm:
+        mllm = enrichment.features.mllm
+        try:
+            return fuse_with_llm(
+                vision,
+                enrichment.fusion.model or mllm.model,
+                mllm.llm_kwargs,
+                image,
+                tags,
+                computed.ocr,
+                source,
+                max_keywords,
+                computed.caption,
+            )
+        except VisionError as exc:
+            computed.errors.append(f"fusion: {exc}")
+    return fuse_by_rule(image, tags, computed.ocr, source, max_keywords, computed.caption)
+
+
+def _for_this_document(
+    hit: EnrichmentResult, image: DocumentImage, tags: list[str], source: str, config: RagConfig
+) -> EnrichmentResult:
+    """A cached result re-pointed at this document: source, URL and (rule fusion) alt text and context.
+
+    The key covers the image and the settings, not the page around it, so the same chart in two
+    reports shares one entry. Rule fusion is cheap and is redone from the cached OCR text; an LLM
+    fusion keeps its content and only gets this document's [Source].
+    """
+    if hit.fusion == "rule":
+        fused = fuse_by_rule(
+            image, tags, hit.ocr, source, config.media_enrichment.fusion.max_keywords, hit.vlm_caption
+        )
+        update: dict[str, Any] = {
+            "meta_content": fused.meta_content,
+            "description": fused.description,
+            "image_type": fused.image_type,
+            "keywords": fused.keywords,
+        }
+    else:
+        fields = parse_meta_content(hit.meta_content)
+        update = {
+            "meta_content": meta_content(
+                source,
+                str(fields["type"]),
+                str(fields["ocr_confidence"]),
+                list(fields["keywords"]),
+                str(fields["content"]),
+            )
+        }
+    return hit.model_copy(update={**update, "image_url": image.url})
+
+
+def enrich_document_images(
+    images: list[DocumentImage],
+    verdicts: list[ImageVerdict],
+    config: RagConfig,
+    cache: EnrichmentCache | None,
+    document_name: str,
+    vision: VisionClient | None = None,
+) -> EnrichmentBatch:
+    """Enrich the images whose verdict is VISION (each distinct image once), from the cache when possible."""
+    vision_shas = {v.image_sha256 for v in verdicts if v.verdict == "VISION"}
+    tags = {v.image_sha256: v.tags for v in verdicts}
+    unique: dict[str, DocumentImage] = {}
+    for image in images:
+        sha = image.sha256  # computed once: it hashes the bytes on every access
+        if sha in vision_shas:
+            unique.setdefault(sha, image)
+    features = config.media_enrichment.features
+    uses_endpoint = vision is not None and (features.mllm.enabled or config.media_enrichment.fusion.use_llm)
+    active_vision = vision if uses_endpoint else None
+    engine = vision.engine if active_vision is not None else OFFLINE_ENGINE
+    keys = {sha: cache_key(sha, config, engine) for sha in unique}
+    use_cache = cache is not None and features.cache.enabled
+    hits = cache.get_many(keys.values(), expiry=features.cache.expiry) if use_cache else {}
+
+    batch = EnrichmentBatch()
+    sources = {sha: f"{document_name}/{image.name}" for sha, image in unique.items()}
+    misses: dict[str, DocumentImage] = {}
+    for sha, image in unique.items():
+        hit = hits.get(keys[sha])
+        if hit is not None:
+            batch.results[sha] = _for_this_document(hit, image, tags.get(sha, []), sources[sha], config)
+            batch.cache_hits += 1
+        else:
+            misses[sha] = image
+
+    computed = _compute(misses, tags, sources, config, active_vision) if misses else {}
+    fresh: dict[str, EnrichmentResult] = {}
+    for sha, image in misses.items():
+        done, fused = computed[sha]
+        result = EnrichmentResult(
+            image_sha256=sha,
+            image_url=image.url,
+            meta_content=fused.meta_content,
+            description=fused.description,
+            image_type=fused.image_type,
+            keywords=fused.keywords,
+            ocr=done.ocr,
+            vlm_caption=done.caption,
+            fusion=fused.fusion,
+            vision_tokens=done.tokens,
+            errors=done.errors,
+            cache_key=keys[sha],
+        )
+        batch.results[sha] = result
+        batch.calls += 1
+        batch.vision_tokens += done.tokens
+        batch.errors.extend(f"{sources[sha]}: {error}" for error in done.errors)
+        if not done.errors:
+            fresh[keys[sha]] = result
+    if use_cache and fresh:
+        cache.put_many(fresh, expiry=features.cache.expiry)
+    return batch
+
+
+# --- the reference "media enrichment" operation --------------------------------------------------
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for name, value in override.items():
+        merged[name] = (
+            _merge(base[name], value)
+            if isinstance(value, dict) and isinstance(base.get(name), dict)
+            else value
+        )
+    return merged
+
+
+def _sniff_mime(data: bytes) -> str:
+    if b"<svg" in data[:2048].lower():
+        return "image/svg+xml"
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return Image.MIME.get(img.format or "", "application/octet-stream")
+    except (OSError, ValueError):
+        return "application/octet-stream"
+
+
+def _request_image(index: int, item: Any) -> DocumentImage:
+    label = f"image {index + 1}"
+    if not isinstance(item, dict):
+        raise ValueError(f"{label}: expected an object with 'data' or 'url', got {type(item).__name__}")
+    mime = item.get("mime")
+    try:
+        if "url" in item:
+            url = str(item["url"])
+            header, sep, payload = url.partition(",")
+            if not (url.startswith("data:") and sep and header.endswith(";base64")):
+                raise ValueError(f"{label}: url must be a base64 data: URL")
+            mime = mime or header[len("data:") : -len(";base64")]
+            data = base64.b64decode(payload, validate=True)
+        elif "data" in item:
+            data = base64.b64decode(str(item["data"]), validate=True)
+        else:
+            raise ValueError(f"{label}: needs 'data' (base64) or 'url' (data: URL)")
+    except binascii.Error as exc:
+        raise ValueError(f"{label}: invalid base64: {exc}") from exc
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError(f"{label}: {len(data):,} bytes is over the 20 MB per-image limit")
+    name = str(item.get("name") or f"image-{index + 1}")
+    return DocumentImage(url=f"request:{name}", name=name, mime=mime or _sniff_mime(data), data=data)
+
+
+def media_enrichment(
+    request: dict[str, Any],
+    config: RagConfig | None = None,
+    cache: EnrichmentCache | None = None,
+    vision: VisionClient | None = None,
+) -> dict[str, Any]:
+    """The reference operation: `{domain, config_version, images (<= 10), features}` ->
+    `{classifier_result, generated_response: {content}}`.
+
+    As in the reference, only the first image is classified and its verdict decides for the
+    whole request; the verdict is named `GPT_VISION` in the output. `vision` defaults to the
+    endpoint configured in the environment (None there = offline).
+    """
+    items = request.get("images") or []
+    if not isinstance(items, list) or not items:
+        raise ValueError("media_enrichment: 'images' must be a non-empty list")
+    if len(items) > MAX_IMAGES_PER_REQUEST:
+        raise ValueError(
+            f"media_enrichment: {len(items)} images, at most {MAX_IMAGES_PER_REQUEST} per request"
+        )
+    images = [_request_image(i, item) for i, item in enumerate(items)]
+    base = config or load_config()
+    data = base.model_dump()
+    data["domain"] = request.get("domain", base.domain)
+    data["config_version"] = request.get("config_version", base.config_version)
+    data["media_enrichment"]["features"] = _merge(
+        data["media_enrichment"]["features"], request.get("features") or {}
+    )
+    try:
+        config = RagConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"media_enrichment: invalid request: {problems}") from None
+
+    first = classify_images(images[:1], config.media_enrichment.features.classifier)[0]
+    verdicts = [first.model_copy(update={"image_sha256": img.sha256}) for img in images]
+    batch = enrich_document_images(
+        images,
+        verdicts,
+        config,
+        cache,
+        str(request.get("document") or "request"),
+        vision or vision_client_from_env(),
+    )
+    contents = [batch.results[img.sha256].meta_content for img in images if img.sha256 in batch.results]
+    return {
+        "classifier_result": {
+            "verdict": "GPT_VISION" if first.verdict == "VISION" else "IGNORE",
+            "reasons": first.reasons,
+            "tags": first.tags,
+            "scores": first.scores,
+            "threshold": first.threshold,
+        },
+        "generated_response": {"content": "\n\n".join(dict.fromkeys(contents)), "errors": batch.errors},
+    }
+
+
+def enrich_files(paths: list[Path]) -> list[dict[str, Any]]:
+    """`vision-rag enrich`: one media-enrichment request per file, with the configured cache and endpoint."""
+    config = load_config()
+    cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
+    vision = vision_client_from_env()
+    results = []
+    for path in paths:
+        try:
+            request = {
+                "domain": config.domain,
+                "config_version": config.config_version,
+                "document": path.parent.name or "files",
+                "images": [{"data": base64.b64encode(path.read_bytes()).decode("ascii"), "name": path.name}],
+            }
+            results.append({"path": str(path), **media_enrichment(request, config, cache, vision)})
+        except (OSError, ValueError) as exc:
+            results.append({"path": str(path), "error": str(exc)})
+    return results

@@ -1,0 +1,198 @@
+"""Enrichment cache: key stability and sensitivity, sliding expiry with an injectable clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.enrichment.cache import EnrichmentCache, cache_key
+from vision_rag_pipeline.enrichment.model import EnrichmentResult
+
+DAY = 24 * 3600
+IMAGE = b"tiny image bytes"
+PINNED_CONFIG = {
+    "domain": "intranet",
+    "config_version": "2024-07-22",
+    "media_enrichment": {
+        "features": {
+            "mllm": {
+                "enabled": True,
+                "model": "gpt-4o",
+                "prompt": "Describe the image.",
+                "detail_mode": "auto",
+                "llm_kwargs": {"temperature": 0, "max_tokens": 800},
+            },
+            "classifier": {"enabled": True, "threshold": 0.8},
+            "cache": {
+                "enabled": True,
+                "expiry": "07:00:00:00",
+                "key_format": "{domain}-{config_version}-{hash}",
+            },
+        },
+        "ocr": {"languages": ["eng"]},
+        "fusion": {"use_llm": True, "model": None, "max_keywords": 12},
+    },
+}
+# Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
+# (a new enrichment setting legitimately changes it).
+PINNED_KEY = "intranet-2024-07-22-05a116457c472b5392add0751eb0f82c81670f3123ad55639957e7196e00756f"
+
+
+def _config(**changes: Any) -> RagConfig:
+    """The default config with nested fields replaced, e.g. `{"media_enrichment.ocr.languages": [...]}`."""
+    data = RagConfig().model_dump()
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        target = data
+        for part in path:
+            target = target[part]
+        target[last] = value
+    return RagConfig.model_validate(data)
+
+
+def test_cache_key_is_pinned_and_stable_across_processes() -> None:
+    key = cache_key(IMAGE, RagConfig.model_validate(PINNED_CONFIG), "offline")
+    code = (
+        "from vision_rag_pipeline.config import RagConfig;"
+        "from vision_rag_pipeline.enrichment.cache import cache_key;"
+        f"print(cache_key({IMAGE!r}, RagConfig.model_validate({PINNED_CONFIG!r}), 'offline'))"
+    )
+    other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other_process.stdout.strip() == key
+    assert key == PINNED_KEY
+
+
+def test_cache_key_accepts_the_sha256_instead_of_the_bytes() -> None:
+    import hashlib
+
+    assert cache_key(hashlib.sha256(IMAGE).hexdigest(), RagConfig(), "offline") == cache_key(
+        IMAGE, RagConfig(), "offline"
+    )
+    with pytest.raises(ValueError, match="sha256"):
+        cache_key("not-a-digest", RagConfig(), "offline")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"media_enrichment.features.mllm.prompt": "Another prompt"},
+        {"media_enrichment.features.mllm.model": "llava:13b"},
+        {"media_enrichment.features.mllm.detail_mode": "low"},
+        {"media_enrichment.features.mllm.llm_kwargs": {"temperature": 0.5, "max_tokens": 800}},
+        {"media_enrichment.features.mllm.enabled": False},
+        {"media_enrichment.features.classifier.threshold": 0.5},
+        {"media_enrichment.features.cache.expiry": None},
+        {"media_enrichment.ocr.languages": ["eng", "chi_sim"]},
+        {"media_enrichment.fusion.use_llm": False},
+        {"media_enrichment.fusion.max_keywords": 5},
+        {"domain": "intranet"},
+        {"config_version": "2024-07-22"},
+    ],
+)
+def test_any_setting_that_changes_the_output_changes_the_key(change: dict[str, Any]) -> None:
+    assert cache_key(IMAGE, _config(**change), "offline") != cache_key(IMAGE, RagConfig(), "offline")
+
+
+def test_key_ignores_ocr_worker_count_but_not_the_engine_or_image() -> None:
+    base = cache_key(IMAGE, RagConfig(), "offline")
+    assert cache_key(IMAGE, _config(**{"media_enrichment.ocr.max_workers": 7}), "offline") == base
+    assert cache_key(IMAGE, RagConfig(), "openai:http://localhost:11434/v1") != base
+    assert cache_key(IMAGE + b"!", RagConfig(), "offline") != base
+
+
+def test_key_follows_key_format() -> None:
+    config = _config(**{"domain": "intranet", "config_version": "v7"})
+    config.media_enrichment.features.cache.key_format = "img:{domain}:{config_version}:{hash}"
+    key = cache_key(IMAGE, config, "offline")
+    assert key.startswith("img:intranet:v7:") and len(key.rsplit(":", 1)[1]) == 64
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _result(key: str) -> EnrichmentResult:
+    return EnrichmentResult(
+        image_sha256="ab" * 32,
+        image_url="https://example.com/a.png",
+        meta_content="<meta>...",
+        description="a",
+        cache_key=key,
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cache(pg_url: str, clock: Clock) -> EnrichmentCache:
+    return EnrichmentCache(pg_url, clock=clock)
+
+
+def _key() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+def test_put_then_get_returns_the_full_result_marked_cached(cache: EnrichmentCache) -> None:
+    key, missing = _key(), _key()
+    cache.put_many({key: _result(key)}, expiry="07:00:00:00")
+    found = cache.get_many([key, missing], expiry="07:00:00:00")
+    assert list(found) == [key]
+    assert found[key].cached and found[key].image_url == "https://example.com/a.png"
+    assert (cache.stats.hits, cache.stats.misses) == (1, 1)
+
+
+def test_each_hit_pushes_expiry_out_sliding(cache: EnrichmentCache, clock: Clock) -> None:
+    key = _key()
+    cache.put_many({key: _result(key)}, expiry="01:00:00:00")
+    clock.now += 0.9 * DAY
+    assert key in cache.get_many([key], expiry="01:00:00:00")  # refreshed: now + 1 day
+    clock.now += 0.9 * DAY  # 1.8 days after the put, 0.9 after the last hit
+    assert key in cache.get_many([key], expiry="01:00:00:00")
+    clock.now += 1.1 * DAY  # idle longer than the expiry
+    assert cache.get_many([key], expiry="01:00:00:00") == {}
+    # the expired row was deleted, not just skipped
+    clock.now -= 10 * DAY
+    assert cache.get_many([key], expiry="01:00:00:00") == {}
+
+
+def test_no_expiry_keeps_entries_forever(cache: EnrichmentCache, clock: Clock) -> None:
+    key = _key()
+    cache.put_many({key: _result(key)}, expiry=None)
+    clock.now += 10_000 * DAY
+    assert key in cache.get_many([key], expiry=None)
+
+
+def test_put_replaces_an_existing_entry(cache: EnrichmentCache) -> None:
+    key = _key()
+    cache.put_many({key: _result(key)}, expiry=None)
+    cache.put_many({key: _result(key).model_copy(update={"description": "newer"})}, expiry=None)
+    assert cache.get_many([key], expiry=None)[key].description == "newer"
+
+
+def test_a_batch_lookup_is_one_query(cache: EnrichmentCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [_key() for _ in range(20)]
+    cache.put_many({k: _result(k) for k in keys}, expiry=None)
+    import psycopg
+
+    statements: list[str] = []
+    original = psycopg.Connection.execute
+
+    def counting(self: psycopg.Connection, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counting)
+    assert len(cache.get_many(keys, expiry=None)) == 20
+    assert len([s for s in statements if "enrichment_cache" in s]) == 1
