@@ -1,7 +1,5 @@
 """document_chunks: Markdown with image annotations, split without breaking an annotation."""
 
-from __future__ import annotations
-
 from collections import Counter
 
 import dagster as dg

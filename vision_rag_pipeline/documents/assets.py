@@ -1,7 +1,5 @@
 """raw_documents: the registered file, loaded into the document model."""
 
-from __future__ import annotations
-
 import dagster as dg
 
 from vision_rag_pipeline.documents.loader import load_document

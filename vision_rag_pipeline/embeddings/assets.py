@@ -1,7 +1,5 @@
 """chunk_embeddings: one vector per chunk."""
 
-from __future__ import annotations
-
 import dagster as dg
 import numpy as np
 from pydantic import BaseModel, ConfigDict

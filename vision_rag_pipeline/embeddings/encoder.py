@@ -41,7 +41,7 @@ def load_encoder(model_name: str):  # -> SentenceTransformer (imported lazily: t
 
 
 def embedding_dimension(model_name: str) -> int:
-    return int(load_encoder(model_name).get_sentence_embedding_dimension())
+    return int(load_encoder(model_name).get_embedding_dimension())
 
 
 def encode(texts: list[str], model_name: str, batch_size: int = 64) -> np.ndarray:

@@ -1,8 +1,7 @@
 """image_verdicts and image_enrichments: decide which images matter, then make them searchable."""
 
-from __future__ import annotations
-
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 
@@ -74,7 +73,7 @@ def image_enrichments(
         image_verdicts,
         config,
         cache,
-        document_name=context.partition_key,
+        document_name=Path(index_db.registry().get(context.partition_key).source_path).name,
         vision=vision_client_from_env(),
     )
     for error in batch.errors:

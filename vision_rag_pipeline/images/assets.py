@@ -1,7 +1,5 @@
 """extracted_images: every image of a document, its bytes moved into the content-addressed store."""
 
-from __future__ import annotations
-
 import dagster as dg
 
 from vision_rag_pipeline.documents.model import LoadedDocument

@@ -1,7 +1,5 @@
 """pgvector_index and lexical_index: a partition's rows replaced, never duplicated."""
 
-from __future__ import annotations
-
 import dagster as dg
 
 from vision_rag_pipeline.chunks.model import Chunk

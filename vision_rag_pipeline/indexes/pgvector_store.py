@@ -8,12 +8,12 @@ readers never see a half-written document.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from pgvector import Vector
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
@@ -133,7 +133,7 @@ class PgVectorStore:
                         result.vlm_caption,
                         result.meta_content,
                         Vector(vector),
-                        json.dumps(
+                        Jsonb(
                             {
                                 "image_type": result.image_type,
                                 "keywords": result.keywords,
@@ -214,7 +214,7 @@ def _chunk_row(chunk: Chunk) -> tuple[Any, ...]:
         span[0],
         span[1],
         chunk.image,
-        json.dumps(chunk.metadata),
+        Jsonb(chunk.metadata),
     )
 
 

@@ -1,0 +1,110 @@
+"""The lexical (BM25) index behind one interface: tantivy on disk by default, Elasticsearch when configured.
+
+Both backends hold one entry per chunk, keyed by `chunk_id`, grouped by `document_id` (the Dagster
+partition), so a partition is replaced or deleted as a unit and re-running an asset never duplicates.
+The chunk text itself lives in Postgres; the lexical index only answers "which chunks, how well".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from vision_rag_pipeline.config import home as default_home
+
+ES_URL_ENV = "VISION_RAG_ES_URL"
+
+# Lucene's English stop set, which is also tantivy's `stopword("english")` list.
+_ENGLISH_STOP_LIST = (
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with"
+)
+ENGLISH_STOP_WORDS = frozenset(_ENGLISH_STOP_LIST.split())
+_WORD = re.compile(r"\w+")
+
+
+class LexicalDoc(BaseModel):
+    """One chunk as the lexical index sees it."""
+
+    chunk_id: str
+    document_id: str
+    kind: str
+    text: str
+    page: int | None = None
+    image: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class LexicalHit(BaseModel):
+    chunk_id: str
+    document_id: str
+    score: float
+
+
+class LexicalIndexError(RuntimeError):
+    """The index cannot be used right now (server down, credentials rejected, index locked...)."""
+
+
+class LexicalIndex(Protocol):
+    def replace_document(self, document_id: str, docs: list[LexicalDoc]) -> None:
+        """Make `docs` the document's only entries (upsert by chunk_id, drop the rest); idempotent."""
+
+    def delete_document(self, document_id: str) -> int:
+        """Remove the document's entries; returns how many were removed."""
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        document_ids: list[str] | None = None,
+        kinds: list[str] | None = None,
+    ) -> list[LexicalHit]:
+        """Best first. User text is never parsed as query syntax; no searchable word -> []."""
+
+    def count(self, document_id: str | None = None) -> int: ...
+
+    def document_ids(self) -> set[str]: ...
+
+    def rebuild(self, docs: Iterable[LexicalDoc]) -> None:
+        """Build a fresh index aside from `docs`, then swap it in atomically; searches answer throughout."""
+
+    def close(self) -> None:
+        """Release connections and handles; the object reopens them if used again."""
+
+
+def has_searchable_words(query: str) -> bool:
+    """False for a query of only punctuation and English stop words, which must match nothing."""
+    return any(word.lower() not in ENGLISH_STOP_WORDS for word in _WORD.findall(query))
+
+
+def check_replacement(document_id: str, docs: list[LexicalDoc]) -> None:
+    """Reject input that would break the one-entry-per-chunk, one-partition-per-call contract."""
+    seen: set[str] = set()
+    for doc in docs:
+        if doc.document_id != document_id:
+            raise ValueError(
+                f"chunk {doc.chunk_id!r} belongs to document {doc.document_id!r}, not {document_id!r}"
+            )
+        if doc.chunk_id in seen:
+            raise ValueError(f"chunk id {doc.chunk_id!r} appears twice in document {document_id!r}")
+        seen.add(doc.chunk_id)
+
+
+def open_lexical_index(home: Path | None = None) -> LexicalIndex:
+    """Elasticsearch when `VISION_RAG_ES_URL` is set, else tantivy under `<home>/lexical`.
+
+    Cheap to call on every query: both backends keep one open handle per process and target.
+    """
+    if os.environ.get(ES_URL_ENV):
+        from vision_rag_pipeline.indexes.elasticsearch_index import open_elasticsearch_index
+
+        return open_elasticsearch_index()
+    from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
+
+    return open_tantivy_index((home or default_home()) / "lexical")

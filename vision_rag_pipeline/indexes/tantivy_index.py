@@ -1,0 +1,357 @@
+"""The embedded lexical index: tantivy on local disk, safe for several processes at once.
+
+Layout under the root directory:
+- `CURRENT` names the live index directory; a rebuild writes a new directory and swaps `CURRENT`
+  with `os.replace`, so a reader either sees the old index or the new one, never a half-built one;
+- `write.lock` serializes writers across processes (Dagster runs several runs in parallel) and
+  threads, because tantivy allows only one `IndexWriter` per index and fails instead of waiting;
+- `v<timestamp>-<pid>/` are the index directories.
+
+Readers cache one `tantivy.Index` per root and process and reload it before each search (~25 µs),
+which is how commits made by other processes become visible.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import fasteners
+import tantivy
+from tantivy import Document, Filter, Index, Occur, PreTokenizedString, Query, TextAnalyzerBuilder, Token
+
+from vision_rag_pipeline.indexes.lexical import (
+    LexicalDoc,
+    LexicalHit,
+    LexicalIndexError,
+    check_replacement,
+)
+
+POINTER_FILE = "CURRENT"
+LOCK_FILE = "write.lock"
+WRITE_LOCK_TIMEOUT_S = 300.0  # a rebuild of a large index holds the lock this long at most
+TANTIVY_LOCK_RETRY_S = 30.0
+WRITER_HEAP_BYTES = 64_000_000
+REBUILD_HEAP_BYTES = 256_000_000
+
+# Han, kana, Hangul: scripts written without spaces, indexed as character bigrams (like Lucene's cjk).
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ffff]+"
+)
+# The same pipeline as tantivy's built-in `en_stem`, plus English stop words removed from queries.
+_QUERY_ANALYZER = (
+    TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(Filter.remove_long(40))
+    .filter(Filter.lowercase())
+    .filter(Filter.stopword("english"))
+    .filter(Filter.stemmer("english"))
+    .build()
+)
+
+T = TypeVar("T")
+
+
+def build_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("document_id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("kind", tokenizer_name="raw")
+    builder.add_text_field("text", tokenizer_name="en_stem")
+    builder.add_text_field("text_cjk", tokenizer_name="raw", index_option="freq")
+    builder.add_unsigned_field("page", stored=True)
+    builder.add_text_field("image", stored=True, tokenizer_name="raw")
+    return builder.build()
+
+
+SCHEMA = build_schema()
+
+
+def cjk_tokens(text: str, *, with_unigrams: bool) -> list[str]:
+    """Overlapping character bigrams of each CJK run; a lone character stays a unigram.
+
+    The index also keeps every character as a unigram so one-character queries still match.
+    """
+    tokens: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        if len(run) == 1:
+            tokens.append(run)
+            continue
+        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+        if with_unigrams:
+            tokens.extend(run)
+    return tokens
+
+
+def _to_tantivy(doc: LexicalDoc) -> Document:
+    tv_doc = Document(chunk_id=doc.chunk_id, document_id=doc.document_id, kind=doc.kind, text=doc.text)
+    if doc.page is not None:
+        tv_doc.add_unsigned("page", doc.page)
+    if doc.image is not None:
+        tv_doc.add_text("image", doc.image)
+    cjk = cjk_tokens(doc.text, with_unigrams=True)
+    if cjk:
+        tokens = [Token(token, position, 0, 0) for position, token in enumerate(cjk)]
+        tv_doc.add_pre_tokenized_text("text_cjk", PreTokenizedString("", tokens))
+    return tv_doc
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def build_query(query: str, document_ids: list[str] | None, kinds: list[str] | None) -> Query | None:
+    """A BM25 query over the stemmed and the CJK field, built from terms so no input is syntax."""
+    word_terms = [Query.term_query(SCHEMA, "text", term) for term in _unique(_QUERY_ANALYZER.analyze(query))]
+    cjk_terms = [
+        Query.term_query(SCHEMA, "text_cjk", term) for term in _unique(cjk_tokens(query, with_unigrams=False))
+    ]
+    should = word_terms + cjk_terms
+    if not should:
+        return None
+    clauses = [(Occur.Must, Query.boolean_query([(Occur.Should, q) for q in should]))]
+    for field, values in (("document_id", document_ids), ("kind", kinds)):
+        if values is not None:
+            # A filter must not move scores: wrap it in a zero constant score.
+            clauses.append(
+                (Occur.Must, Query.const_score_query(Query.term_set_query(SCHEMA, field, values), 0.0))
+            )
+    return Query.boolean_query(clauses)
+
+
+class TantivyLexicalIndex:
+    """The lexical index in a directory; see the module docstring for the layout."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._pointer = root / POINTER_FILE
+        self._thread_lock = threading.Lock()
+        self._file_lock = fasteners.InterProcessLock(str(root / LOCK_FILE))
+        self._index: Index | None = None
+        self._pointer_stamp: tuple[int, int] | None = None
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        document_ids: list[str] | None = None,
+        kinds: list[str] | None = None,
+    ) -> list[LexicalHit]:
+        if k <= 0 or document_ids == [] or kinds == []:
+            return []
+        tv_query = build_query(query, document_ids, kinds)
+        if tv_query is None:
+            return []
+
+        def run(index: Index) -> list[LexicalHit]:
+            searcher = index.searcher()
+            hits = []
+            for score, address in searcher.search(tv_query, k, count=False).hits:
+                stored = searcher.doc(address)
+                hits.append(
+                    LexicalHit(
+                        chunk_id=stored.get_first("chunk_id"),
+                        document_id=stored.get_first("document_id"),
+                        score=score,
+                    )
+                )
+            return hits
+
+        return self._read(run)
+
+    def count(self, document_id: str | None = None) -> int:
+        if document_id is None:
+            return self._read(lambda index: index.searcher().num_docs)
+        return self._read(lambda index: self._count_term(index, "document_id", document_id))
+
+    def document_ids(self) -> set[str]:
+        # The term dictionary keeps deleted documents' ids until a merge; the filter drops them.
+        return self._read(
+            lambda index: {
+                term
+                for term, _ in index.searcher().terms_with_prefix(
+                    "document_id", "", filter_query=Query.all_query()
+                )
+            }
+        )
+
+    @staticmethod
+    def _count_term(index: Index, field: str, value: str) -> int:
+        return index.searcher().search(Query.term_query(SCHEMA, field, value), 1, count=True).count
+
+    def _read(self, action: Callable[[Index], T]) -> T:
+        """Run `action` on the live index, following a swap made by another process meanwhile."""
+        try:
+            index = self._live_index()
+            index.reload()
+            return action(index)
+        except (ValueError, OSError):
+            # The directory we held may have been swapped out and removed between two calls.
+            self._pointer_stamp = None
+            index = self._live_index()
+            index.reload()
+            return action(index)
+
+    def _live_index(self) -> Index:
+        """The index `CURRENT` names, reopened when it changed since the last call."""
+        if not self._pointer.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with self._exclusive():
+                self._create_first_version()
+        stat = self._pointer.stat()
+        stamp = (stat.st_ino, stat.st_mtime_ns)
+        if self._index is None or stamp != self._pointer_stamp:
+            self._index = self._open_version(self._pointer.read_text(encoding="utf-8").strip())
+            self._pointer_stamp = stamp
+        return self._index
+
+    def _open_version(self, version: str) -> Index:
+        path = self.root / version
+        try:
+            return Index(SCHEMA, path=str(path), reuse=True)
+        except ValueError as exc:
+            if "schema does not match" in str(exc):
+                raise LexicalIndexError(
+                    f"{path}: the lexical index was written with another schema; rebuild it "
+                    "(re-materialize the lexical_index asset for every partition)"
+                ) from exc
+            raise
+
+    def _create_first_version(self) -> None:
+        """Under the write lock: make an empty index live unless another process just did."""
+        if not self._pointer.exists():
+            self._swap_pointer(self._new_version()[0])
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def replace_document(self, document_id: str, docs: list[LexicalDoc]) -> None:
+        check_replacement(document_id, docs)
+
+        def write(index: Index, writer: tantivy.IndexWriter) -> None:
+            # One commit: searchers see the old entries or the new ones, never neither.
+            writer.delete_documents_by_term("document_id", document_id)
+            for doc in docs:
+                writer.delete_documents_by_term("chunk_id", doc.chunk_id)  # a chunk moved between documents
+                writer.add_document(_to_tantivy(doc))
+
+        self._write(write)
+
+    def delete_document(self, document_id: str) -> int:
+        def write(index: Index, writer: tantivy.IndexWriter) -> int:
+            writer.delete_documents_by_term("document_id", document_id)
+            return self._count_term(index, "document_id", document_id)  # the commit has not happened yet
+
+        return self._write(write)
+
+    def rebuild(self, docs: Iterable[LexicalDoc]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._exclusive():
+            version, index = self._new_version()
+            try:
+                with self._writer(
+                    index, REBUILD_HEAP_BYTES, num_threads=min(4, os.cpu_count() or 1)
+                ) as writer:
+                    for doc in docs:
+                        writer.add_document(_to_tantivy(doc))
+            except BaseException:
+                shutil.rmtree(self.root / version, ignore_errors=True)
+                raise
+            self._swap_pointer(version)
+            # No other writer runs while we hold the lock: every other directory is an old version
+            # or the leftover of a crashed rebuild.
+            for entry in self.root.iterdir():
+                if entry.is_dir() and entry.name != version:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    def _write(self, action: Callable[[Index, tantivy.IndexWriter], T]) -> T:
+        """Run `action` with the only writer of the live index and commit it."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._exclusive():
+            self._create_first_version()
+            self._pointer_stamp = None  # re-read CURRENT: a rebuild may have swapped it while we waited
+            index = self._live_index()
+            index.reload()
+            with self._writer(index, WRITER_HEAP_BYTES, num_threads=1) as writer:
+                result = action(index, writer)
+            index.reload()
+            return result
+
+    @contextmanager
+    def _writer(self, index: Index, heap_bytes: int, num_threads: int) -> Iterator[tantivy.IndexWriter]:
+        """A writer that commits on success, rolls back on error, and always releases tantivy's lock."""
+        deadline = time.monotonic() + TANTIVY_LOCK_RETRY_S
+        delay = 0.02
+        while True:
+            try:
+                writer = index.writer(heap_size=heap_bytes, num_threads=num_threads)
+                break
+            except ValueError as exc:
+                if "LockBusy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise LexicalIndexError(
+                        f"{self.root}: the lexical index is locked by another writer (tantivy LockBusy "
+                        f"for {TANTIVY_LOCK_RETRY_S:.0f} s); is a process outside vision-rag writing to it?"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        try:
+            yield writer
+            writer.commit()
+        except BaseException:
+            writer.rollback()
+            raise
+        finally:
+            writer.wait_merging_threads()  # consumes the writer and releases the directory lock
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._thread_lock:
+            if not self._file_lock.acquire(timeout=WRITE_LOCK_TIMEOUT_S):
+                raise LexicalIndexError(
+                    f"{self.root}: the lexical index is locked by another process "
+                    f"(waited {WRITE_LOCK_TIMEOUT_S:.0f} s for {self.root / LOCK_FILE})"
+                )
+            try:
+                yield
+            finally:
+                self._file_lock.release()
+
+    def _new_version(self) -> tuple[str, Index]:
+        """An empty index in a fresh directory (not live until `_swap_pointer`)."""
+        version = f"v{datetime.now(UTC):%Y%m%d%H%M%S%f}-{os.getpid()}"
+        (self.root / version).mkdir()
+        return version, Index(SCHEMA, path=str(self.root / version))
+
+    def _swap_pointer(self, version: str) -> None:
+        tmp = self.root / f"{POINTER_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(version + "\n", encoding="utf-8")
+        os.replace(tmp, self._pointer)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            self._index = None
+            self._pointer_stamp = None
+
+
+_open_indexes: dict[Path, TantivyLexicalIndex] = {}
+_open_lock = threading.Lock()
+
+
+def open_tantivy_index(root: Path) -> TantivyLexicalIndex:
+    """The process-wide handle for the index under `root` (created on first write or read)."""
+    root = root.expanduser().resolve()
+    with _open_lock:
+        if root not in _open_indexes:
+            _open_indexes[root] = TantivyLexicalIndex(root)
+        return _open_indexes[root]
