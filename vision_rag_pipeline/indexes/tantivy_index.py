@@ -222,8 +222,8 @@ class TantivyLexicalIndex:
         except ValueError as exc:
             if "schema does not match" in str(exc):
                 raise LexicalIndexError(
-                    f"{path}: the lexical index was written with another schema; rebuild it "
-                    "(re-materialize the lexical_index asset for every partition)"
+                    f"{path}: the lexical index was written with another schema; "
+                    "reindex every document with LexicalIndex.rebuild"
                 ) from exc
             raise
 
