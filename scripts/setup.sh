@@ -19,6 +19,12 @@ if ! command -v tesseract >/dev/null || ! tesseract --list-langs 2>/dev/null | g
   apt_install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
 fi
 
+# Headless Chromium for the UI test (marked `browser`; it skips without it).
+if ! command -v chromium >/dev/null && [ "${VISION_RAG_SKIP_BROWSER:-}" != 1 ]; then
+  echo "setup: installing chromium (for the browser test; VISION_RAG_SKIP_BROWSER=1 skips)" >&2
+  apt_install chromium || echo "setup: chromium not installed; the browser test will be skipped" >&2
+fi
+
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $PYTHON" >&2

@@ -5,9 +5,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.embeddings.cache import encode_cached
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import RagConfigResource
+from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
 
 
 class ChunkEmbeddings(BaseModel):
@@ -22,14 +23,29 @@ class ChunkEmbeddings(BaseModel):
     partitions_def=documents_partitions,
     group_name="embeddings",
     kinds={"python", "pytorch"},
-    description="Sentence-transformers vectors (unit-normalized) for every chunk; model and dimension recorded.",
+    description="Sentence-transformers vectors (unit-normalized) for every chunk; model and dimension "
+    "recorded. Only chunks whose text is not in the embedding cache are encoded.",
 )
 def chunk_embeddings(
-    context: dg.AssetExecutionContext, document_chunks: list[Chunk], rag_config: RagConfigResource
+    context: dg.AssetExecutionContext,
+    document_chunks: list[Chunk],
+    rag_config: RagConfigResource,
+    index_db: IndexDatabase,
 ) -> dg.Output[ChunkEmbeddings]:
     embedding = rag_config.load().embedding
-    vectors = encode([c.text for c in document_chunks], embedding.model, embedding.batch_size)
+    vectors, computed = encode_cached(
+        [c.text for c in document_chunks],
+        embedding.model,
+        lambda texts: encode(texts, embedding.model, embedding.batch_size),
+        index_db.database_url(),
+    )
     return dg.Output(
         ChunkEmbeddings(model=embedding.model, dim=int(vectors.shape[1]), vectors=vectors),
-        metadata={"model": embedding.model, "dim": int(vectors.shape[1]), "vectors": len(vectors)},
+        metadata={
+            "model": embedding.model,
+            "dim": int(vectors.shape[1]),
+            "vectors": len(vectors),
+            "computed": computed,
+            "from_cache": len(vectors) - computed,
+        },
     )

@@ -8,7 +8,7 @@ readers never see a half-written document.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,9 @@ class DimensionMismatchError(RuntimeError):
     """The index was built for another embedding dimension."""
 
 
-def _schema(dim: int) -> str:
+def _tables_ddl(dim: int, chunks: str = "chunks", images: str = "rag_images") -> str:
     return f"""
-CREATE TABLE IF NOT EXISTS chunks (
+CREATE TABLE IF NOT EXISTS {chunks} (
     chunk_id text PRIMARY KEY,
     document_id text NOT NULL,
     chunk_index integer NOT NULL,
@@ -41,9 +41,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     metadata jsonb NOT NULL DEFAULT '{{}}',
     embedding vector({dim}) NOT NULL
 );
-CREATE INDEX IF NOT EXISTS chunks_document_id ON chunks (document_id);
-CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops);
-CREATE TABLE IF NOT EXISTS rag_images (
+CREATE TABLE IF NOT EXISTS {images} (
     id text PRIMARY KEY,
     document_id text NOT NULL,
     image_sha256 text NOT NULL,
@@ -54,8 +52,19 @@ CREATE TABLE IF NOT EXISTS rag_images (
     content_vector vector({dim}) NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{{}}'
 );
-CREATE INDEX IF NOT EXISTS rag_images_document_id ON rag_images (document_id);
 """
+
+
+def _indexes_ddl(chunks: str = "chunks", images: str = "rag_images") -> str:
+    return f"""
+CREATE INDEX IF NOT EXISTS {chunks}_document_id ON {chunks} (document_id);
+CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
+"""
+
+
+def _schema(dim: int) -> str:
+    return _tables_ddl(dim) + _indexes_ddl()
 
 
 class VectorHit(BaseModel):
@@ -148,10 +157,7 @@ class PgVectorStore:
             )
 
     def delete_document(self, document_id: str) -> int:
-        with connect(self.url) as conn:
-            deleted = conn.execute("DELETE FROM chunks WHERE document_id = %s", (document_id,)).rowcount
-            conn.execute("DELETE FROM rag_images WHERE document_id = %s", (document_id,))
-        return deleted
+        return delete_document_rows(document_id, self.url)
 
     def count(self, document_id: str | None = None) -> int:
         with connect(self.url) as conn:
@@ -188,6 +194,150 @@ class PgVectorStore:
                 f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE chunk_id = ANY(%s)", (list(chunk_ids),)
             ).fetchall()
         return {row[0]: _chunk_from_row(row) for row in rows}
+
+
+def _tables_exist(conn: Any) -> bool:
+    return conn.execute(
+        "SELECT to_regclass('chunks') IS NOT NULL AND to_regclass('rag_images') IS NOT NULL"
+    ).fetchone()[0]
+
+
+def delete_document_rows(document_id: str, url: str | None = None) -> int:
+    """Delete a document's chunks and image rows (no embedding dimension needed); returns chunks deleted."""
+    with connect(url) as conn:
+        if not _tables_exist(conn):
+            return 0
+        deleted = conn.execute("DELETE FROM chunks WHERE document_id = %s", (document_id,)).rowcount
+        conn.execute("DELETE FROM rag_images WHERE document_id = %s", (document_id,))
+    return deleted
+
+
+def chunk_counts_by_document(url: str | None = None) -> dict[str, int]:
+    """Chunk rows per document id, for the index checks."""
+    with connect(url) as conn:
+        if not _tables_exist(conn):
+            return {}
+        rows = conn.execute("SELECT document_id, count(*) FROM chunks GROUP BY document_id").fetchall()
+    return dict(rows)
+
+
+def indexed_document_ids(url: str | None = None) -> set[str]:
+    """Every document id with a row in `chunks` or `rag_images`."""
+    with connect(url) as conn:
+        if not _tables_exist(conn):
+            return set()
+        rows = conn.execute(
+            "SELECT document_id FROM chunks UNION SELECT document_id FROM rag_images"
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def stored_chunks(url: str | None = None, batch_size: int = 1000) -> Iterator[Chunk]:
+    """Every stored chunk (without its vector), streamed in document order."""
+    with connect(url) as conn:
+        if not _tables_exist(conn):
+            return
+        with conn.cursor(name="stored_chunks") as cur:
+            cur.itersize = batch_size
+            cur.execute(f"SELECT {_CHUNK_COLUMNS} FROM chunks ORDER BY document_id, chunk_index")
+            for row in cur:
+                yield _chunk_from_row(row)
+
+
+class RebuildReport(BaseModel):
+    chunks: int
+    images: int
+    dim: int
+    reembedded: bool
+
+
+def rebuild_tables(
+    url: str | None = None,
+    *,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    dim: int | None = None,
+    batch_size: int = 256,
+) -> RebuildReport:
+    """Rebuild `chunks` and `rag_images` aside (fresh HNSW index) and swap them in, searches answering.
+
+    Without `embed` the stored vectors are copied as they are; with it (a new embedding model,
+    `dim` its dimension) every text is embedded again. One transaction: the old tables are locked
+    in SHARE mode, so searches keep reading them while writers wait and land in the new tables
+    after the swap; the renames at the end take an exclusive lock for an instant.
+    """
+    with connect(url) as conn, conn.cursor() as cur:
+        if not _tables_exist(conn):
+            raise RuntimeError("there is no vector index to rebuild yet; ingest a document first")
+        cur.execute("LOCK TABLE chunks, rag_images IN SHARE MODE")
+        current_dim = cur.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
+        new_dim = dim if embed is not None and dim is not None else current_dim
+        cur.execute("DROP TABLE IF EXISTS chunks_new, rag_images_new")
+        cur.execute(_tables_ddl(new_dim, "chunks_new", "rag_images_new"))
+        if embed is None:
+            cur.execute("INSERT INTO chunks_new SELECT * FROM chunks")
+            cur.execute("INSERT INTO rag_images_new SELECT * FROM rag_images")
+        else:
+            _reembed_into(
+                conn, "chunks", "chunks_new", _CHUNK_COLUMNS, "text", "embedding", embed, batch_size
+            )
+            _reembed_into(
+                conn,
+                "rag_images",
+                "rag_images_new",
+                _IMAGE_COLUMNS,
+                "content_chunk",
+                "content_vector",
+                embed,
+                batch_size,
+            )
+        cur.execute(_indexes_ddl("chunks_new", "rag_images_new"))
+        chunks = cur.execute("SELECT count(*) FROM chunks_new").fetchone()[0]
+        images = cur.execute("SELECT count(*) FROM rag_images_new").fetchone()[0]
+        cur.execute(
+            """
+            ALTER TABLE chunks RENAME TO chunks_old;
+            ALTER TABLE rag_images RENAME TO rag_images_old;
+            ALTER TABLE chunks_new RENAME TO chunks;
+            ALTER TABLE rag_images_new RENAME TO rag_images;
+            DROP TABLE chunks_old, rag_images_old;
+            ALTER INDEX chunks_new_document_id RENAME TO chunks_document_id;
+            ALTER INDEX chunks_new_embedding_hnsw RENAME TO chunks_embedding_hnsw;
+            ALTER INDEX rag_images_new_document_id RENAME TO rag_images_document_id;
+            ALTER INDEX chunks_new_pkey RENAME TO chunks_pkey;
+            ALTER INDEX rag_images_new_pkey RENAME TO rag_images_pkey;
+            """
+        )
+    return RebuildReport(chunks=chunks, images=images, dim=new_dim, reembedded=embed is not None)
+
+
+def _reembed_into(
+    conn: Any,
+    source: str,
+    target: str,
+    columns: str,
+    text_column: str,
+    vector_column: str,
+    embed: Callable[[list[str]], np.ndarray],
+    batch_size: int,
+) -> None:
+    """Copy `columns` of `source` into `target`, the vector column computed again from the text column."""
+    key_column = columns.split(",", 1)[0]
+    with conn.cursor(name=f"reembed_{source}") as read, conn.cursor() as write:
+        read.execute(f"SELECT {key_column}, {text_column} FROM {source}")
+        while batch := read.fetchmany(batch_size):
+            vectors = embed([text for _, text in batch])
+            write.executemany(
+                f"INSERT INTO {target} ({columns}, {vector_column}) "
+                f"SELECT {columns}, %s FROM {source} WHERE {key_column} = %s",
+                [(Vector(vector), key) for (key, _), vector in zip(batch, vectors, strict=True)],
+            )
+
+
+_IMAGE_COLUMNS = (
+    "id, document_id, image_sha256, image_url, raw_ocr_text, raw_vlm_caption, content_chunk, metadata"
+)
 
 
 def _filters(document_ids: list[str] | None, kinds: list[str] | None) -> tuple[str, list[Any]]:

@@ -1,0 +1,96 @@
+"""Rebuild both indexes from the stored chunks without downtime: build aside, then swap.
+
+The chunk rows in Postgres (text, location and vector) are the source of truth; the lexical index is
+rebuilt from them (tantivy: new directory + pointer swap; Elasticsearch: new index + alias move) and
+the pgvector tables are copied into fresh tables with a fresh HNSW index and renamed into place.
+Vectors are copied, not recomputed, unless the embedding model's dimension no longer matches the
+table or a re-embedding is asked for; even then the embedding cache answers for texts the model
+already embedded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.config import EmbeddingConfig
+from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex
+from vision_rag_pipeline.indexes.pgvector_store import RebuildReport, rebuild_tables, stored_chunks
+from vision_rag_pipeline.indexes.postgres import connect
+
+
+class ReindexReport(BaseModel):
+    vector: RebuildReport
+    lexical_docs: int
+    seconds: float
+
+
+def lexical_doc(chunk: Chunk) -> LexicalDoc:
+    """The lexical index's view of a chunk (the same fields the lexical_index asset writes)."""
+    return LexicalDoc(
+        chunk_id=chunk.chunk_id,
+        document_id=chunk.document_id,
+        kind=chunk.kind,
+        text=chunk.text,
+        page=chunk.page,
+        image=chunk.image,
+        metadata={"source": chunk.metadata.get("source")},
+    )
+
+
+def vector_dimension(url: str | None = None) -> int | None:
+    """The dimension of the stored chunk vectors, or None before the first document is indexed."""
+    with connect(url) as conn:
+        row = conn.execute(
+            "SELECT atttypmod FROM pg_attribute"
+            " WHERE attrelid = to_regclass('chunks') AND attname = 'embedding'"
+        ).fetchone()
+    return row[0] if row else None
+
+
+def rebuild_lexical(lexical: LexicalIndex, url: str | None = None) -> int:
+    """Replace the lexical index with one built from the stored chunks; returns how many it holds."""
+    count = 0
+
+    def docs() -> Iterator[LexicalDoc]:
+        nonlocal count
+        for chunk in stored_chunks(url):
+            count += 1
+            yield lexical_doc(chunk)
+
+    lexical.rebuild(docs())
+    return count
+
+
+def reindex(
+    lexical: LexicalIndex, embedding: EmbeddingConfig, url: str | None = None, *, reembed: bool = False
+) -> ReindexReport:
+    """Rebuild the pgvector tables and the lexical index aside and swap them in.
+
+    Re-embeds when asked or when the configured model's dimension differs from the stored vectors'.
+    """
+    from vision_rag_pipeline.embeddings.cache import encode_cached
+    from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
+
+    started = time.perf_counter()
+    model_dim = embedding_dimension(embedding.model)
+    if reembed or vector_dimension(url) != model_dim:
+
+        def embed(texts: list[str]):
+            return encode_cached(
+                texts,
+                embedding.model,
+                lambda missing: encode(missing, embedding.model, embedding.batch_size),
+                url,
+            )[0]
+
+        vector = rebuild_tables(url, embed=embed, dim=model_dim)
+    else:
+        vector = rebuild_tables(url)
+    lexical_docs = rebuild_lexical(lexical, url)
+    return ReindexReport(
+        vector=vector, lexical_docs=lexical_docs, seconds=round(time.perf_counter() - started, 3)
+    )

@@ -1,0 +1,145 @@
+"""Asset checks: a broken hand-off fails its check, and a blocking failure stops what comes after it."""
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from vision_rag_pipeline.chunks.annotations import annotation
+from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
+from vision_rag_pipeline.indexes.checks import (
+    annotations_whole,
+    broken_annotation_offsets,
+    every_chunk_embedded,
+    no_orphan_rows,
+    pgvector_rows_match_chunks,
+)
+from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
+from vision_rag_pipeline.partitions import documents_partitions
+from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
+
+DIM = 384
+WHOLE = "Revenue chart: " + annotation("Bar chart of Q3 revenue [USD]", "images/rev (1).png") + " end."
+
+
+def chunk(document_id: str, index: int, text: str) -> Chunk:
+    return Chunk(
+        chunk_id=f"{document_id}:{index}", document_id=document_id, index=index, kind="text", text=text
+    )
+
+
+def unit_vectors(n: int) -> np.ndarray:
+    vectors = np.random.default_rng(n).normal(size=(n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(documents_partitions.name, ["doc-a"])
+        yield instance
+
+
+def test_whole_annotations_pass_and_cut_ones_are_found():
+    assert broken_annotation_offsets(WHOLE) == []
+    cut = WHOLE[: WHOLE.index("](") + 4]
+    assert broken_annotation_offsets(cut) == [WHOLE.index("![")]
+    assert broken_annotation_offsets("no images here") == []
+
+
+def run(instance, chunks: list[Chunk], vectors: np.ndarray):
+    """document_chunks → chunk_embeddings → pgvector_index stand-ins with the real checks attached."""
+    downstream_ran = []
+
+    @dg.asset(name="document_chunks", partitions_def=documents_partitions)
+    def fake_chunks() -> list[Chunk]:
+        return chunks
+
+    @dg.asset(name="chunk_embeddings", partitions_def=documents_partitions, deps=["document_chunks"])
+    def fake_embeddings() -> ChunkEmbeddings:
+        return ChunkEmbeddings(model="test", dim=DIM, vectors=vectors)
+
+    @dg.asset(name="pgvector_index", partitions_def=documents_partitions, deps=["chunk_embeddings"])
+    def fake_index() -> None:
+        downstream_ran.append(True)
+
+    result = dg.materialize(
+        [fake_chunks, fake_embeddings, fake_index, annotations_whole, every_chunk_embedded],
+        partition_key="doc-a",
+        instance=instance,
+        raise_on_error=False,
+    )
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    return checks, bool(downstream_ran)
+
+
+def test_good_chunks_and_vectors_pass_and_flow_on(instance):
+    chunks = [chunk("doc-a", 0, WHOLE), chunk("doc-a", 1, "plain text")]
+    assert run(instance, chunks, unit_vectors(2)) == (
+        {"annotations_whole": True, "every_chunk_embedded": True},
+        True,
+    )
+
+
+def test_a_cut_annotation_blocks_embedding_and_indexing(instance):
+    chunks = [chunk("doc-a", 0, WHOLE[: WHOLE.index("](") + 3])]
+    checks, downstream_ran = run(instance, chunks, unit_vectors(1))
+    assert checks == {"annotations_whole": False}  # nothing after it ran, its check included
+    assert not downstream_ran
+
+
+def test_missing_or_broken_vectors_block_indexing(instance):
+    chunks = [chunk("doc-a", i, f"text {i}") for i in range(3)]
+    checks, downstream_ran = run(instance, chunks, unit_vectors(2))
+    assert checks == {"annotations_whole": True, "every_chunk_embedded": False} and not downstream_ran
+
+    zero_row = unit_vectors(3)
+    zero_row[1] = 0
+    checks, downstream_ran = run(instance, chunks, zero_row)
+    assert checks["every_chunk_embedded"] is False and not downstream_ran
+
+
+def index_run(instance, chunks: list[Chunk], written: list[Chunk]):
+    """A pgvector_index stand-in that writes `written` while the chunks asset holds `chunks`."""
+
+    @dg.asset(name="document_chunks", partitions_def=documents_partitions)
+    def fake_chunks() -> list[Chunk]:
+        return chunks
+
+    @dg.asset(name="pgvector_index", partitions_def=documents_partitions, deps=["document_chunks"])
+    def fake_index() -> None:
+        PgVectorStore(DIM).replace_document("doc-a", written, unit_vectors(len(written)))
+
+    result = dg.materialize(
+        [fake_chunks, fake_index, pgvector_rows_match_chunks],
+        partition_key="doc-a",
+        instance=instance,
+        resources={"index_db": IndexDatabase()},
+    )
+    [evaluation] = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def test_pgvector_row_count_must_equal_chunk_count(instance, pg_url):
+    chunks = [chunk("doc-a", i, f"text {i}") for i in range(3)]
+    assert index_run(instance, chunks, chunks).passed
+    failed = index_run(instance, chunks, chunks[:2])
+    assert not failed.passed and failed.metadata["index_rows"].value == 2
+
+
+def test_rows_of_unregistered_documents_are_reported_as_orphans(instance, pg_url):
+    PgVectorStore(DIM).replace_document("ghost-doc", [chunk("ghost-doc", 0, "boo")], unit_vectors(1))
+
+    @dg.asset(name="lexical_index")
+    def fake_lexical() -> None:
+        return None
+
+    result = dg.materialize(
+        [fake_lexical, no_orphan_rows],
+        instance=instance,
+        resources={"index_db": IndexDatabase(), "lexical": LexicalIndexResource()},
+    )
+    [evaluation] = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert "ghost-doc" in evaluation.metadata["pgvector"].value
+    PgVectorStore(DIM).delete_document("ghost-doc")

@@ -1,0 +1,85 @@
+"""Feature versions: a setting change moves exactly the versions of the assets it shapes."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.enrichment.versioning import (
+    chunking_version,
+    classifier_version,
+    embedding_version,
+    enrichment_version,
+)
+
+OFFLINE = "offline"
+
+
+def versions(config: RagConfig, engine: str = OFFLINE) -> dict[str, str]:
+    return {
+        "classifier": classifier_version(config),
+        "enrichment": enrichment_version(config, engine),
+        "chunking": chunking_version(config),
+        "embedding": embedding_version(config),
+    }
+
+
+def changed(before: RagConfig, after: RagConfig) -> set[str]:
+    old, new = versions(before), versions(after)
+    return {name for name in old if old[name] != new[name]}
+
+
+def with_settings(**sections: dict) -> RagConfig:
+    return RagConfig.model_validate(sections)
+
+
+def test_versions_are_stable_for_equal_configs():
+    assert versions(RagConfig()) == versions(RagConfig.model_validate(RagConfig().model_dump(mode="json")))
+
+
+@given(st.text(min_size=1, max_size=200))
+def test_a_prompt_change_moves_only_the_enrichment_version(prompt):
+    after = with_settings(media_enrichment={"features": {"mllm": {"prompt": prompt}}})
+    expected = set() if prompt == RagConfig().media_enrichment.features.mllm.prompt else {"enrichment"}
+    assert changed(RagConfig(), after) == expected
+
+
+def test_vision_model_detail_kwargs_ocr_and_fusion_settings_move_the_enrichment_version():
+    for settings in (
+        {"features": {"mllm": {"model": "gpt-4o-mini"}}},
+        {"features": {"mllm": {"detail_mode": "high"}}},
+        {"features": {"mllm": {"llm_kwargs": {"temperature": 0.2}}}},
+        {"ocr": {"languages": ["eng", "chi_sim"]}},
+        {"fusion": {"max_keywords": 5}},
+    ):
+        assert changed(RagConfig(), with_settings(media_enrichment=settings)) == {"enrichment"}, settings
+
+
+def test_switching_from_offline_to_a_vision_endpoint_re_enriches():
+    config = RagConfig()
+    assert enrichment_version(config, OFFLINE) != enrichment_version(
+        config, "openai:http://localhost:11434/v1"
+    )
+
+
+def test_classifier_threshold_moves_only_the_classifier_version():
+    after = with_settings(media_enrichment={"features": {"classifier": {"threshold": 0.5}}})
+    assert changed(RagConfig(), after) == {"classifier"}
+
+
+def test_splitter_and_embedding_model_move_their_own_versions():
+    assert changed(RagConfig(), with_settings(splitter={"chunk_size": 500})) == {"chunking"}
+    assert changed(RagConfig(), with_settings(loader={"separate_docs_for_images": True})) == {"chunking"}
+    assert changed(RagConfig(), with_settings(embedding={"model": "/models/e5-small"})) == {"embedding"}
+
+
+def test_speed_and_bookkeeping_settings_re_run_nothing():
+    after = with_settings(
+        media_enrichment={"ocr": {"max_workers": 7}, "features": {"cache": {"expiry": "01:00:00:00"}}},
+        embedding={"batch_size": 8},
+        retrieval={"k": 9},
+    )
+    assert changed(RagConfig(), after) == set()
+
+
+def test_bumping_config_version_re_enriches():
+    assert changed(RagConfig(), with_settings(config_version="2025-01-01")) == {"enrichment"}
