@@ -122,13 +122,48 @@ class EmbeddingConfig(_Strict):
 
 
 class RetrievalConfig(_Strict):
+    """How the query module fuses pgvector kNN and BM25.
+
+    `rrf`: weighted reciprocal-rank fusion (sum of weight / (rrf_k + rank)); `weighted`: each
+    ranking's scores min-max normalized to 0..1, then the weighted sum.
+    """
+
     k: int = Field(5, gt=0)
-    fusion: Literal["rrf"] = "rrf"
+    fusion: Literal["rrf", "weighted"] = "rrf"
     rrf_k: int = Field(60, gt=0)
     vector_weight: float = Field(1.0, ge=0.0)
     lexical_weight: float = Field(1.0, ge=0.0)
     candidates: int = Field(50, gt=0)
     ef_search: int = Field(100, gt=0)
+    image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
+
+
+class AnswerConfig(_Strict):
+    """`ask`: retrieval for the context, the LLM (when an endpoint is configured) and its guards.
+
+    Offline (no endpoint, or `use_llm: false`) the answer is extractive: the best-scoring
+    sentences of the retrieved chunks, each cited.
+    """
+
+    k: int = Field(8, gt=0)  # chunks retrieved for the context
+    use_llm: bool = True
+    model: str = "gpt-4o-mini"
+    llm_kwargs: dict[str, Any] = Field(default_factory=lambda: {"temperature": 0, "max_tokens": 800})
+    max_attempts: int = Field(3, gt=0)  # structured-output attempts before giving up on the LLM
+    retry_strategies: list[Literal["next_prompt", "next_interpretation"]] = Field(
+        default_factory=lambda: ["next_prompt", "next_interpretation"]
+    )
+    validate_answer: bool = True  # every excerpt verbatim in its chunk, every chunk id in the context
+    decompose: bool = False  # split "A and B?" questions into sub-questions, retrieve for each
+    max_subquestions: int = Field(3, gt=0)
+    relevance_filter: bool = True
+    min_tokens: int = Field(3, ge=0)  # chunks with fewer words are dropped from the context
+    min_similarity: float = Field(0.1, ge=-1.0, le=1.0)  # question-chunk cosine below this is dropped
+    max_documents: int = Field(3, gt=0)  # context chunks come from at most this many documents
+    context_token_budget: int = Field(3000, gt=0)  # approx. tokens (words x 1.3) of chunk text sent
+    max_sentences: int = Field(2, gt=0)  # offline: sentences in the extractive answer
+    min_sentence_score: float = Field(0.35, ge=0.0)  # offline: below this, "no answer"
+    log_unresolved: bool = True  # questions without an answer go to $VISION_RAG_HOME/unresolved.jsonl
 
 
 class RagConfig(_Strict):
@@ -140,6 +175,7 @@ class RagConfig(_Strict):
     media_enrichment: MediaEnrichmentConfig = Field(default_factory=MediaEnrichmentConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    answer: AnswerConfig = Field(default_factory=AnswerConfig)
 
 
 class ConfigError(ValueError):

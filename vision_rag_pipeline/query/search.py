@@ -1,15 +1,21 @@
-"""Hybrid search over the materialized indexes: pgvector kNN + BM25, fused by reciprocal rank.
+"""Hybrid search over the materialized indexes: pgvector kNN + BM25, fused by rank or by score.
 
 Reads only what the assets wrote; the embedding model and index handles are opened once per
-process so a warm search is a query embedding plus two index lookups.
+process so a warm search is a query embedding plus two index lookups per query text. A text and
+an image (or several sub-questions) are separate rankings fused together, so a chunk found by
+several of them is one hit with the combined score.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
+import numpy as np
+from pgvector import Vector
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
@@ -18,8 +24,12 @@ from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
 from vision_rag_pipeline.indexes.lexical import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
+from vision_rag_pipeline.indexes.postgres import connect
+from vision_rag_pipeline.query.image_query import describe_query_image
 
 SearchMode = Literal["hybrid", "vector", "lexical"]
+SEARCH_MODES = ("hybrid", "vector", "lexical")
+CHUNK_KINDS = ("text", "table", "image")
 
 
 class Hit(BaseModel):
@@ -34,6 +44,21 @@ class Hit(BaseModel):
     image: str | None = None
 
 
+class Ranking(NamedTuple):
+    """One retriever's answer to one query text: chunk id -> score, best first, and its weight."""
+
+    scores: dict[str, float]
+    weight: float
+
+
+class Filters(BaseModel):
+    """Restrict a search: documents (id, source path or file name), chunk kinds, metadata containment."""
+
+    documents: list[str] | None = None
+    kinds: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+
 def rrf_fuse(rankings: list[tuple[list[str], float]], rrf_k: int) -> dict[str, float]:
     """Weighted reciprocal-rank fusion: score(d) = sum over rankings of weight / (rrf_k + rank)."""
     scores: dict[str, float] = {}
@@ -43,16 +68,166 @@ def rrf_fuse(rankings: list[tuple[list[str], float]], rrf_k: int) -> dict[str, f
     return scores
 
 
+def weighted_fuse(rankings: list[Ranking]) -> dict[str, float]:
+    """Min-max normalize each ranking's scores to 0..1, then sum weight x normalized score.
+
+    BM25 and cosine live on different scales; normalizing per ranking makes the weights mean what
+    they say. A ranking whose scores are all equal gives each of its chunks the full weight.
+    """
+    fused: dict[str, float] = {}
+    for scores, weight in rankings:
+        if not scores:
+            continue
+        low, high = min(scores.values()), max(scores.values())
+        for chunk_id, score in scores.items():
+            normalized = (score - low) / (high - low) if high > low else 1.0
+            fused[chunk_id] = fused.get(chunk_id, 0.0) + weight * normalized
+    return fused
+
+
+def fuse(rankings: list[Ranking], retrieval: RetrievalConfig) -> dict[str, float]:
+    if retrieval.fusion == "weighted":
+        return weighted_fuse(rankings)
+    return rrf_fuse([(list(r.scores), r.weight) for r in rankings], retrieval.rrf_k)
+
+
 @lru_cache(maxsize=4)
 def _vector_store(model: str) -> PgVectorStore:
+    """Opening the store creates the schema and checks the embedding dimension, once per process."""
     return PgVectorStore(embedding_dimension(model))
 
 
-def describe_query_image(image: str | Path) -> str:
-    """Search by image: describe the query image the way enrichment describes indexed ones."""
-    from vision_rag_pipeline.enrichment.service import describe_image_file
+def resolve_documents(values: Sequence[str]) -> list[str]:
+    """Document ids for values that are ids, source paths as ingested, or bare file names."""
+    names = [Path(v).name for v in values]
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT document_id FROM chunks WHERE document_id = ANY(%s)"
+            " OR metadata->>'source' = ANY(%s) OR regexp_replace(metadata->>'source', '^.*/', '') = ANY(%s)",
+            (list(values), list(values), names),
+        ).fetchall()
+    return sorted(row[0] for row in rows)
 
-    return describe_image_file(Path(image))
+
+def _where(document_ids: list[str] | None, kinds: list[str] | None, metadata: dict[str, Any] | None):
+    clauses: list[str] = []
+    params: list[Any] = []
+    if document_ids is not None:
+        clauses.append("document_id = ANY(%s)")
+        params.append(document_ids)
+    if kinds is not None:
+        clauses.append("kind = ANY(%s)")
+        params.append(kinds)
+    if metadata:
+        clauses.append("metadata @> %s")
+        params.append(Jsonb(metadata))
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def vector_ranking(
+    vector: np.ndarray,
+    limit: int,
+    ef_search: int,
+    document_ids: list[str] | None = None,
+    kinds: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """Nearest chunks by cosine similarity through the HNSW index, filters applied in the scan.
+
+    With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
+    so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
+    """
+    where, params = _where(document_ids, kinds, metadata)
+    with connect() as conn:
+        conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        if where:
+            conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+        rows = conn.execute(
+            f"SELECT chunk_id, 1 - (embedding <=> %s) AS similarity FROM chunks {where}"
+            " ORDER BY embedding <=> %s LIMIT %s",
+            (Vector(vector), *params, Vector(vector), limit),
+        ).fetchall()
+    ordered = sorted(rows, key=lambda row: -row[1])  # relaxed order: nearly sorted, made exact here
+    return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
+
+
+def chunk_similarities(vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+    """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
+    if not chunk_ids:
+        return {}
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks WHERE chunk_id = ANY(%s)",
+            (Vector(vector), list(chunk_ids)),
+        ).fetchall()
+    return {chunk_id: float(similarity) for chunk_id, similarity in rows}
+
+
+def _lexical_ranking(
+    query: str,
+    limit: int,
+    document_ids: list[str] | None,
+    kinds: list[str] | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, float]:
+    """BM25 hits; a metadata filter is applied afterwards in Postgres, on a larger candidate set."""
+    fetch = limit * 4 if metadata else limit
+    hits = open_lexical_index().search(query, fetch, document_ids=document_ids, kinds=kinds)
+    scores = {hit.chunk_id: hit.score for hit in hits}
+    if metadata and scores:
+        where, params = _where(None, None, metadata)
+        with connect() as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id FROM chunks {where} AND chunk_id = ANY(%s)", (*params, list(scores))
+            ).fetchall()
+        kept = {row[0] for row in rows}
+        scores = {cid: s for cid, s in scores.items() if cid in kept}
+    return dict(list(scores.items())[:limit])
+
+
+def search_queries(
+    queries: Sequence[tuple[str, float]],
+    k: int,
+    mode: SearchMode = "hybrid",
+    *,
+    filters: Filters | None = None,
+    config: RagConfig | None = None,
+) -> list[Hit]:
+    """Best chunks for several weighted query texts at once (text + image description, sub-questions)."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be hybrid, vector or lexical, not {mode!r}")
+    if k <= 0:
+        raise ValueError(f"k must be positive, not {k}")
+    queries = [(text, weight) for text, weight in queries if text and text.strip()]
+    if not queries:
+        raise ValueError("give a text or an image to search for")
+    config = config or load_config()
+    filters = filters or Filters()
+    if filters.kinds is not None and (unknown := set(filters.kinds) - set(CHUNK_KINDS)):
+        raise ValueError(f"unknown chunk kind(s) {sorted(unknown)}; use text, table or image")
+    retrieval = config.retrieval
+    store = _vector_store(config.embedding.model)
+    document_ids = resolve_documents(filters.documents) if filters.documents is not None else None
+    if document_ids == []:
+        return []
+    pool = max(k, retrieval.candidates)
+    rankings: list[Ranking] = []
+    if mode in ("hybrid", "vector"):
+        vectors = encode([text for text, _ in queries], config.embedding.model)
+        for (_, weight), vector in zip(queries, vectors, strict=True):
+            scores = vector_ranking(
+                vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata
+            )
+            rankings.append(Ranking(scores, weight * retrieval.vector_weight))
+    if mode in ("hybrid", "lexical"):
+        for text, weight in queries:
+            scores = _lexical_ranking(text, pool, document_ids, filters.kinds, filters.metadata)
+            rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
+    fused = fuse(rankings, retrieval)
+    ranked = sorted(fused, key=lambda cid: -fused[cid])
+    chunks = store.fetch(ranked[: k * 2])  # a lexical entry may outlive its Postgres row briefly
+    best = [cid for cid in ranked[: k * 2] if cid in chunks][:k]
+    return [_hit(chunks[cid], fused[cid]) for cid in best]
 
 
 def search(
@@ -63,39 +238,22 @@ def search(
     *,
     document_ids: list[str] | None = None,
     kinds: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
     config: RagConfig | None = None,
 ) -> list[Hit]:
-    """Best chunks for a text and/or an image query, each with its location in the source."""
-    if mode not in ("hybrid", "vector", "lexical"):
-        raise ValueError(f"mode must be hybrid, vector or lexical, not {mode!r}")
+    """Best chunks for a text and/or an image query, each with its location in the source.
+
+    `document_ids` also accepts source paths and file names; `metadata` keeps chunks whose
+    metadata contains it (JSON containment, e.g. `{"image_type": "Chart"}`).
+    """
     config = config or load_config()
-    query = " ".join(part for part in (text, describe_query_image(image) if image else None) if part)
-    if not query.strip():
-        raise ValueError("give a text or an image to search for")
-    retrieval: RetrievalConfig = config.retrieval
-    pool = max(k, retrieval.candidates)
-    rankings: list[tuple[list[str], float]] = []
-    vector_scores: dict[str, float] = {}
-    if mode in ("hybrid", "vector"):
-        store = _vector_store(config.embedding.model)
-        vector = encode([query], config.embedding.model)[0]
-        hits = store.search(
-            vector, pool, ef_search=retrieval.ef_search, document_ids=document_ids, kinds=kinds
-        )
-        vector_scores = {h.chunk_id: h.score for h in hits}
-        rankings.append(([h.chunk_id for h in hits], retrieval.vector_weight))
-    lexical_scores: dict[str, float] = {}
-    if mode in ("hybrid", "lexical"):
-        hits = open_lexical_index().search(query, pool, document_ids=document_ids, kinds=kinds)
-        lexical_scores = {h.chunk_id: h.score for h in hits}
-        rankings.append(([h.chunk_id for h in hits], retrieval.lexical_weight))
-    if mode == "hybrid":
-        scores = rrf_fuse(rankings, retrieval.rrf_k)
-    else:
-        scores = vector_scores or lexical_scores
-    best = sorted(scores, key=lambda cid: -scores[cid])[:k]
-    chunks = _vector_store(config.embedding.model).fetch(best)
-    return [_hit(chunks[cid], scores[cid]) for cid in best if cid in chunks]
+    queries: list[tuple[str, float]] = []
+    if text and text.strip():
+        queries.append((text, 1.0))
+    if image is not None:
+        queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
+    filters = Filters(documents=document_ids, kinds=kinds, metadata=metadata)
+    return search_queries(queries, k, mode, filters=filters, config=config)
 
 
 def _hit(chunk: Chunk, score: float) -> Hit:

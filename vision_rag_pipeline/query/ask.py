@@ -1,0 +1,388 @@
+"""Question answering with Generate-Attribute-Localize: every claim points at a verbatim excerpt.
+
+1. Retrieve: hybrid search for the question (and its sub-questions, and the query image);
+   the relevance filter and the token budget decide which chunks form the context.
+2. Generate + attribute: with an LLM endpoint, a JSON-schema answer `{answer, citations:
+   [{chunk_id, excerpt}]}`, validated (known chunk ids, excerpts found in their chunks) and
+   retried with the errors (`next_prompt`) or a reworded question and wider context
+   (`next_interpretation`). Offline, or when the LLM gives up: an extractive answer made of the
+   best-scoring sentences of the context (question-term overlap + embedding similarity).
+3. Localize: each excerpt is matched in its chunk, replaced by the chunk's verbatim text, and
+   mapped to its page/bbox, char span or image (see `localize`).
+Questions left without an answer are appended to `$VISION_RAG_HOME/unresolved.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError
+
+from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
+from vision_rag_pipeline.config import AnswerConfig, RagConfig, home, load_config
+from vision_rag_pipeline.documents.model import BBox
+from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
+from vision_rag_pipeline.indexes.lexical import ENGLISH_STOP_WORDS
+from vision_rag_pipeline.query.image_query import describe_query_image
+from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
+from vision_rag_pipeline.query.search import Hit, chunk_similarities, search_queries
+
+NO_ANSWER = "No answer found in the indexed documents."
+UNRESOLVED_LOG = "unresolved.jsonl"
+_QUESTION_WORD_LIST = (
+    "what which who whom whose when where why how did does do was were is are has have had much many "
+    "can could would should will shall"
+)
+_QUESTION_WORDS = frozenset(_QUESTION_WORD_LIST.split())
+_TERM = re.compile(r"[\w$%.,']*\w%?")
+_BOUNDARY = re.compile(r"(?<=[.!?:])\s+(?=[\"'(\[]?[A-Z0-9$])|\n\s*\n|\n(?=\s*[^a-z\s])")
+_META_BLOCK = re.compile(r"<meta>.*?</meta>\s*<content>\s*|\s*</content>\s*$", re.S)
+_SUB_QUESTION_SPLIT = re.compile(
+    r"\?\s+|;\s+|,?\s+and\s+(?=(?:what|which|who|when|where|why|how)\b)|,?\s+(?=also\b)", re.I
+)
+MAX_SENTENCE_CHARS = 400
+_IMAGE_CONTEXT = "\nContext: "  # how rule fusion appends the page text
+
+
+class Citation(BaseModel):
+    chunk_id: str
+    document: str
+    excerpt: str  # verbatim in the chunk's text
+    page: int | None = None
+    bbox: BBox | None = None
+    char_span: tuple[int, int] | None = None
+    image: str | None = None
+
+
+class Answer(BaseModel):
+    question: str
+    answer: str
+    answered: bool
+    method: Literal["llm", "extractive"]
+    citations: list[Citation] = Field(default_factory=list)
+    hits: list[Hit] = Field(default_factory=list)
+
+
+class _LlmCitation(BaseModel):
+    chunk_id: str
+    excerpt: str = Field(min_length=1)
+
+
+class _LlmAnswer(BaseModel):
+    answer: str
+    citations: list[_LlmCitation]
+
+
+ANSWER_SCHEMA = {
+    "name": "cited_answer",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["answer", "citations"],
+        "properties": {
+            "answer": {"type": "string"},
+            "citations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["chunk_id", "excerpt"],
+                    "properties": {"chunk_id": {"type": "string"}, "excerpt": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+SYSTEM_PROMPT = (
+    "Answer the question using only the numbered context chunks. Reply with JSON: "
+    '{"answer": "...", "citations": [{"chunk_id": "<id of a chunk>", "excerpt": "<exact words copied '
+    'from that chunk that support the answer>"}]}. Copy excerpts character for character, one short '
+    'passage each. If the context does not answer the question, reply {"answer": "", "citations": []}.'
+)
+
+
+# --- retrieval and context -------------------------------------------------------------------------
+
+
+def question_terms(text: str) -> set[str]:
+    """Content words of a question, lower-cased, reduced to a 5-letter stem so "approved" ~ "approve"."""
+    terms = set()
+    for token in _TERM.findall(text.lower()):
+        token = token.strip(".,'")
+        if token and token not in ENGLISH_STOP_WORDS and token not in _QUESTION_WORDS:
+            terms.add(token[:5] if token.isalpha() else token)
+    return terms
+
+
+def decompose(question: str, limit: int) -> list[str]:
+    """Sub-questions of a compound question ("What was X and how many Y?"), rule-based."""
+    parts = [p.strip(" ,;?") for p in _SUB_QUESTION_SPLIT.split(question)]
+    parts = [p + "?" for p in parts if len(question_terms(p)) >= 1]
+    return parts[:limit] if len(parts) > 1 else []
+
+
+def _tokens(text: str) -> int:
+    return len(text.split())
+
+
+def relevant_context(
+    question_vector: np.ndarray, hits: list[Hit], answer: AnswerConfig
+) -> tuple[list[Hit], dict[str, float]]:
+    """The hits worth showing the answerer: relevance filter, at most N documents, token budget."""
+    similarity = chunk_similarities(question_vector, [h.chunk_id for h in hits])
+    kept: list[Hit] = []
+    documents: list[str] = []
+    budget = answer.context_token_budget
+    for hit in hits:
+        if answer.relevance_filter:
+            if _tokens(hit.text) < answer.min_tokens:
+                continue
+            if similarity.get(hit.chunk_id, 0.0) < answer.min_similarity:
+                continue
+            if hit.document not in documents and len(documents) >= answer.max_documents:
+                continue
+        cost = int(_tokens(hit.text) * 1.3) + 1
+        if kept and cost > budget:
+            continue
+        budget -= cost
+        kept.append(hit)
+        if hit.document not in documents:
+            documents.append(hit.document)
+    return kept, similarity
+
+
+# --- offline extractive answer ---------------------------------------------------------------------
+
+
+def sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of a chunk, skipping a Meta-Content header.
+
+    Boundaries: sentence punctuation before a capital or digit, blank lines, and line breaks
+    that do not continue a sentence (the next line starts with a capital, digit or symbol): OCR
+    text and table rows break lines there, while a wrapped sentence goes on in lower case.
+    """
+    body = _META_BLOCK.sub(lambda m: " " * len(m.group()), text)
+    context = body.find(_IMAGE_CONTEXT) if text.startswith("<meta>") else -1
+    if context >= 0:  # an image chunk's page context is cited from the text chunk it comes from
+        body = body[:context]
+    notes = find_annotations(body)
+    cuts = {0, len(body)} | {m.start() for m in _BOUNDARY.finditer(body)}
+    cuts = sorted(c for c in cuts if not any(n.start < c < n.end for n in notes))  # annotations stay whole
+    spans: list[tuple[int, int]] = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        while a < b and body[a].isspace():
+            a += 1
+        while b > a and body[b - 1].isspace():
+            b -= 1
+        if b > a and any(c.isalnum() for c in body[a:b]):
+            spans.append((a, min(b, a + MAX_SENTENCE_CHARS)))
+    return spans
+
+
+def extractive_answer(
+    question: str, question_vector: np.ndarray, context: list[Hit], answer: AnswerConfig, model: str
+) -> list[tuple[Hit, Match, float]]:
+    """The best sentences of the context: half term overlap with the question, half cosine similarity."""
+    terms = question_terms(question)
+    candidates = [(hit, span) for hit in context for span in sentences(hit.text)]
+    if not candidates or not terms:
+        return []
+    texts = [" ".join(hit.text[a:b].split()) for hit, (a, b) in candidates]
+    cosine = encode(texts, model) @ question_vector
+    scored = []
+    for (hit, (a, b)), text, similarity in zip(candidates, texts, cosine, strict=True):
+        overlap = len(terms & question_terms(text)) / len(terms)
+        score = 0.5 * overlap + 0.5 * float(similarity)
+        scored.append((score, hit, Match(start=a, end=b, ratio=1.0)))
+    scored.sort(key=lambda item: -item[0])
+    chosen: list[tuple[Hit, Match, float]] = []
+    said: list[str] = []
+    for score, hit, match in scored:
+        if score < answer.min_sentence_score or len(chosen) >= answer.max_sentences:
+            break
+        if chosen and score < chosen[0][2] * 0.8:
+            break  # far weaker than the best sentence: it would dilute the answer
+        text = " ".join(hit.text[match.start : match.end].split()).lower()
+        if any(text in seen or seen in text for seen in said):
+            continue  # the same sentence from another chunk (image context, overlap)
+        said.append(text)
+        chosen.append((hit, match, round(score, 4)))
+    return chosen
+
+
+# --- LLM answer ------------------------------------------------------------------------------------
+
+
+def _context_prompt(question: str, context: list[Hit]) -> str:
+    blocks = [f"[chunk_id: {hit.chunk_id}] (from {Path(hit.document).name})\n{hit.text}" for hit in context]
+    return "Context chunks:\n\n" + "\n\n---\n\n".join(blocks) + f"\n\nQuestion: {question}"
+
+
+def validate_llm_reply(
+    reply: str, context: list[Hit]
+) -> tuple[_LlmAnswer, list[tuple[Hit, Match]], list[str]]:
+    """The parsed reply, its citations located in their chunks, and what is wrong with it."""
+    try:
+        parsed = _LlmAnswer.model_validate_json(reply)
+    except ValidationError as exc:
+        return (
+            _LlmAnswer(answer="", citations=[]),
+            [],
+            [f"the reply is not the requested JSON: {exc.errors()[0]['msg']}"],
+        )
+    by_id = {hit.chunk_id: hit for hit in context}
+    located, problems = [], []
+    for citation in parsed.citations:
+        hit = by_id.get(citation.chunk_id)
+        if hit is None:
+            problems.append(f"chunk_id {citation.chunk_id!r} is not one of the context chunks")
+            continue
+        match = find_excerpt(citation.excerpt, hit.text)
+        if match is None:
+            problems.append(f"the excerpt {citation.excerpt[:80]!r} does not appear in chunk {hit.chunk_id}")
+            continue
+        located.append((hit, match))
+    if parsed.answer.strip() and not parsed.citations:
+        problems.append("the answer has no citations")
+    return parsed, located, problems
+
+
+def llm_answer(
+    client: VisionClient,
+    question: str,
+    context: list[Hit],
+    answer: AnswerConfig,
+    wider_context: Callable[[], list[Hit]],
+) -> tuple[str, list[tuple[Hit, Match]]] | None:
+    """A validated LLM answer, or None when the model declines or every attempt was invalid."""
+    kwargs = {**answer.llm_kwargs, "response_format": {"type": "json_schema", "json_schema": ANSWER_SCHEMA}}
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": _context_prompt(question, context)},
+    ]
+    for attempt in range(answer.max_attempts):
+        try:
+            reply = client.complete(answer.model, messages, kwargs)
+        except VisionError:
+            return None
+        parsed, located, problems = validate_llm_reply(reply, context)
+        if not answer.validate_answer:
+            problems = [p for p in problems if "not the requested JSON" in p]
+        if not problems:
+            return (parsed.answer.strip(), located) if parsed.answer.strip() and located else None
+        if attempt + 1 == answer.max_attempts or not answer.retry_strategies:
+            break
+        strategy = answer.retry_strategies[attempt % len(answer.retry_strategies)]
+        if strategy == "next_prompt":
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply},
+                {
+                    "role": "user",
+                    "content": "Your reply was invalid: "
+                    + "; ".join(problems)
+                    + ". Answer again; copy each excerpt exactly from the chunk whose id you give.",
+                },
+            ]
+        else:  # next_interpretation: the question reduced to its key terms, over a wider context
+            context = wider_context()
+            keywords = " ".join(sorted(question_terms(question)))
+            messages = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": _context_prompt(f"{question} (key terms: {keywords})", context)},
+            ]
+    return None
+
+
+def _plain(excerpt: str) -> str:
+    """An excerpt as answer prose: one line, an inline image annotation reduced to its description."""
+    return " ".join(ANNOTATION_RE.sub(lambda m: m["description"], excerpt).split())
+
+
+# --- the entry point -------------------------------------------------------------------------------
+
+
+def _citation(hit: Hit, match: Match) -> Citation:
+    where = locate(hit, match)
+    return Citation(
+        chunk_id=hit.chunk_id,
+        document=hit.document,
+        excerpt=hit.text[match.start : match.end],
+        page=where.page,
+        bbox=where.bbox,
+        char_span=where.char_span,
+        image=where.image,
+    )
+
+
+def log_unresolved(question: str, reason: str, hits: list[Hit]) -> None:
+    path = home() / UNRESOLVED_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "question": question,
+        "reason": reason,
+        "hits": [hit.chunk_id for hit in hits],
+    }
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+def ask(
+    question: str,
+    image: str | Path | bytes | None = None,
+    k: int | None = None,
+    config: RagConfig | None = None,
+    client: VisionClient | None = None,
+) -> Answer:
+    """Answer `question` from the indexes with located, verbatim citations (see the module doc).
+
+    `client` defaults to the endpoint configured in the environment; without one the answer is
+    extractive.
+    """
+    if not question or not question.strip():
+        raise ValueError("ask: the question is empty")
+    config = config or load_config()
+    settings = config.answer
+    k = k or settings.k
+    queries: list[tuple[str, float]] = [(question, 1.0)]
+    if settings.decompose:
+        queries += [(sub, 1.0) for sub in decompose(question, settings.max_subquestions)]
+    if image is not None:
+        queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
+    hits = search_queries(queries, k, config=config)
+    question_vector = encode([question], config.embedding.model)[0]
+    context, _ = relevant_context(question_vector, hits, settings)
+    client = client or (vision_client_from_env() if settings.use_llm else None)
+
+    located: list[tuple[Hit, Match]] = []
+    method: Literal["llm", "extractive"] = "extractive"
+    text = ""
+    if client is not None and context:
+        generated = llm_answer(
+            client, question, context, settings, lambda: search_queries(queries, k * 2, config=config)
+        )
+        if generated is not None:
+            text, located = generated
+            method = "llm"
+    if not located:
+        chosen = extractive_answer(question, question_vector, context, settings, config.embedding.model)
+        located = [(hit, match) for hit, match, _ in chosen]
+        text = " ".join(_plain(hit.text[m.start : m.end]) for hit, m in located)
+    if not located:
+        if settings.log_unresolved:
+            reason = "no relevant chunk" if not context else "no sentence passed the answer threshold"
+            log_unresolved(question, reason, hits)
+        return Answer(question=question, answer=NO_ANSWER, answered=False, method=method, hits=hits)
+    citations = list({c.chunk_id + c.excerpt: c for c in (_citation(h, m) for h, m in located)}.values())
+    return Answer(
+        question=question, answer=text, answered=True, method=method, citations=citations, hits=hits
+    )

@@ -1,0 +1,165 @@
+"""The HTTP API against a real uvicorn server on a free loopback port, through urllib."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from vision_rag_pipeline.query.api import create_app
+from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
+
+__all__ = ["corpus"]  # the shared index fixture
+
+SAMPLE_MHTML = (
+    Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_report.mhtml"
+)
+
+
+@pytest.fixture(scope="module")
+def ingested() -> list[list[str]]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def base_url(corpus, ingested: list[list[str]]) -> Iterator[str]:
+    import vision_rag_pipeline.ingest as ingest_module
+
+    real_ingest = ingest_module.ingest_paths
+    done = threading.Event()
+
+    def record(paths: list[str]) -> None:  # a Dagster run per upload is too slow for a unit test
+        ingested.append(paths)
+        done.set()
+
+    ingest_module.ingest_paths = record
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    ingest_module.ingest_paths = real_ingest
+
+
+def call(
+    url: str, body: bytes | dict | None = None, content_type: str = "application/json"
+) -> tuple[int, object]:
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def multipart(files: list[tuple[str, bytes]], fields: dict[str, str]) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, value in fields.items():
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        )
+    for filename, data in files:
+        header = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{filename}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        )
+        parts.append(header.encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+def test_openapi_documents_every_endpoint(base_url: str) -> None:
+    status, spec = call(f"{base_url}/openapi.json")
+    assert status == 200
+    assert {"/upload", "/search", "/chat", "/enrichment-services/media-enrichment"} <= set(spec["paths"])
+
+
+def test_search_returns_located_hits(base_url: str) -> None:
+    status, body = call(f"{base_url}/search", {"query": "Zephyrine picnic attendees", "k": 3})
+    assert status == 200
+    assert body["hits"][0]["chunk_id"] == f"{TEXT_DOC}:00000"
+    assert body["hits"][0]["char_span"] == [0, 69]
+
+
+def test_search_by_image_over_http(base_url: str) -> None:
+    image = base64.b64encode(chart(scale=0.8)).decode()
+    status, body = call(f"{base_url}/search", {"image": f"data:image/png;base64,{image}", "k": 3})
+    assert status == 200
+    assert body["hits"][0]["kind"] == "image"
+
+
+def test_bad_requests_get_clear_4xx(base_url: str) -> None:
+    status, body = call(f"{base_url}/search", {"query": "x", "k": 0})
+    assert status == 422 and body["detail"][0]["loc"][-1] == "k"
+    status, body = call(f"{base_url}/search", {"query": "picnic", "rag_config": "nope"})
+    assert status == 404 and "unknown rag_config 'nope'" in body["detail"]
+    status, body = call(f"{base_url}/search", {"k": 3})
+    assert status == 422 and "query or an image" in body["detail"]
+    status, body = call(f"{base_url}/search", {"image": "%%%"})
+    assert status == 422 and "invalid base64" in body["detail"]
+    status, _ = call(f"{base_url}/chat", b"{not json", "application/json")
+    assert status == 422
+
+
+def test_chat_answers_with_verbatim_citations(base_url: str) -> None:
+    status, body = call(f"{base_url}/chat", {"query": "How many people came to the Zephyrine Labs picnic?"})
+    assert status == 200 and body["answered"]
+    texts = {hit["chunk_id"]: hit["text"] for hit in body["hits"]}
+    assert all(c["excerpt"] in texts[c["chunk_id"]] for c in body["citations"])
+
+
+def test_media_enrichment_classifies_and_describes(base_url: str) -> None:
+    image = {"data": base64.b64encode(chart()).decode(), "name": "feed.png"}
+    request = {
+        "domain": "zoo",
+        "config_version": "1",
+        "images": [image],
+        "features": {"cache": {"enabled": False}},
+    }
+    status, body = call(f"{base_url}/enrichment-services/media-enrichment", request)
+    assert status == 200
+    assert body["classifier_result"]["verdict"] == "GPT_VISION"
+    assert "Numbat" in body["generated_response"]["content"]
+    status, body = call(
+        f"{base_url}/enrichment-services/media-enrichment", {**request, "images": [image] * 11}
+    )
+    assert status == 422 and body["detail"][0]["loc"][-1] == "images"
+
+
+def test_upload_drops_files_in_the_inbox_and_starts_ingestion(
+    base_url: str, ingested: list[list[str]], vision_rag_home: Path
+) -> None:
+    payload, content_type = multipart([(SAMPLE_MHTML.name, SAMPLE_MHTML.read_bytes())], {})
+    status, _ = call(f"{base_url}/upload", payload, content_type)
+    assert status == 204
+    inbox_file = vision_rag_home / "inbox" / SAMPLE_MHTML.name
+    assert inbox_file.read_bytes() == SAMPLE_MHTML.read_bytes()
+    deadline = time.monotonic() + 10
+    while not ingested and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ingested == [[str(inbox_file)]]
+    payload, content_type = multipart([("notes.txt", b"just text")], {})
+    status, body = call(f"{base_url}/upload", payload, content_type)
+    assert status == 415 and "notes.txt: not an MHTML web archive or a PDF" in body["detail"]
+    assert not (vision_rag_home / "inbox" / "notes.txt").exists()

@@ -1,0 +1,147 @@
+"""Cited answers: excerpts verbatim in their chunks and located in the source; LLM replies validated."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import openai
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vision_rag_pipeline.config import AnswerConfig, RagConfig
+from vision_rag_pipeline.documents.loader import load_document
+from vision_rag_pipeline.enrichment.vlm import VisionClient
+from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, sentences
+from vision_rag_pipeline.query.localize import find_excerpt, locate
+from vision_rag_pipeline.query.search import Hit
+from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, chat_reply
+from vision_rag_pipeline_tests.test_query import CHART_DOC, SAMPLE_PDF, TEXT_DOC, corpus, pdf_chunk
+
+__all__ = ["corpus"]  # the shared index fixture
+
+PICNIC = "How many people came to the Zephyrine Labs picnic?"
+
+
+def as_hit(chunk) -> Hit:
+    return Hit(
+        chunk_id=chunk.chunk_id,
+        document=chunk.metadata["source"],
+        kind=chunk.kind,
+        text=chunk.text,
+        score=1.0,
+        page=chunk.page,
+        bbox=chunk.bbox,
+        char_span=chunk.char_span,
+        image=chunk.image,
+    )
+
+
+@given(st.text(alphabet="abc XYZ.\n", min_size=5, max_size=80), st.data())
+def test_an_excerpt_is_found_despite_case_and_whitespace(text: str, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(text) - 1))
+    end = data.draw(st.integers(start + 1, len(text)))
+    excerpt = text[start:end]
+    if not excerpt.strip():
+        return
+    quoted = " ".join(excerpt.split()).upper()  # what an LLM does to a quote
+    match = find_excerpt(quoted, text)
+    assert match is not None
+    assert " ".join(text[match.start : match.end].split()).upper() == quoted
+
+
+def test_a_slightly_misquoted_excerpt_is_replaced_by_the_verbatim_text() -> None:
+    text = (
+        "Intro line.\nAt its meeting the Board approved a quarterly dividend of $0.42 per\nshare. Other news."
+    )
+    match = find_excerpt("the board approved a quarterly divident of $0.42 per share", text)
+    assert match is not None
+    assert text[match.start : match.end] == "the Board approved a quarterly dividend of $0.42 per\nshare"
+    assert find_excerpt("completely unrelated words about football", text) is None
+
+
+def test_a_pdf_excerpt_is_narrowed_to_the_element_it_falls_in() -> None:
+    chunk = pdf_chunk()
+    hit = as_hit(chunk)
+    sentence = "The fleet in service reached 1,950 carts across 37 customer sites."
+    where = locate(hit, find_excerpt(sentence, chunk.text))
+    doc = load_document(SAMPLE_PDF)
+    element = next(e for e in doc.elements if e.text.startswith(sentence))
+    assert where.page == 1
+    assert where.bbox == element.location.bbox
+    assert where.bbox != chunk.bbox  # narrower than the chunk
+    assert doc.text[where.char_span[0] : where.char_span[1]] == sentence
+
+
+def test_sentences_never_cut_an_image_annotation_or_cite_the_image_context() -> None:
+    text = "Results.\n\n![Figure 1. Key indicators.](doc.pdf#page=1&image=4)\n\nNext."
+    assert [text[a:b] for a, b in sentences(text)] == [
+        "Results.",
+        "![Figure 1. Key indicators.](doc.pdf#page=1&image=4)",
+        "Next.",
+    ]
+    meta = (
+        "<meta>\n[Source]: a/b.png\n</meta>\n<content>\nChart.\nText in image:\nSales 4.2\n"
+        "Context: Page text.\n</content>"
+    )
+    assert "Page text." not in [meta[a:b] for a, b in sentences(meta)]
+
+
+def test_compound_questions_are_split() -> None:
+    assert decompose("What was revenue in Q3 and how many people were employed?", 3) == [
+        "What was revenue in Q3?",
+        "how many people were employed?",
+    ]
+    assert decompose("What was revenue in Q3?", 3) == []
+
+
+def test_offline_answer_cites_verbatim_located_excerpts(corpus) -> None:
+    answer = ask(PICNIC, config=RagConfig(answer=AnswerConfig(use_llm=False)))
+    assert answer.answered and answer.method == "extractive"
+    assert "734" in answer.answer
+    texts = {hit.chunk_id: hit.text for hit in answer.hits}
+    for citation in answer.citations:
+        assert citation.excerpt in texts[citation.chunk_id]
+    first = answer.citations[0]
+    assert first.chunk_id == f"{TEXT_DOC}:00000"
+    offset = texts[first.chunk_id].index(first.excerpt)
+    assert first.char_span == (offset, offset + len(first.excerpt))  # chunk start 0 + offset
+
+
+def test_unanswerable_questions_say_so_and_are_logged(corpus) -> None:
+    question = "Which team won the 1998 football world cup final?"
+    answer = ask(question, config=RagConfig(answer=AnswerConfig(use_llm=False)))
+    assert not answer.answered and answer.citations == []
+    log = Path(os.environ["VISION_RAG_HOME"]) / UNRESOLVED_LOG
+    logged = [json.loads(line)["question"] for line in log.read_text(encoding="utf-8").splitlines()]
+    assert question in logged
+
+
+def test_an_invalid_llm_reply_is_retried_and_its_excerpt_made_verbatim(corpus) -> None:
+    invalid = {
+        "answer": "734 people.",
+        "citations": [{"chunk_id": f"{TEXT_DOC}:00000", "excerpt": "999 guests"}],
+    }
+    valid = {
+        "answer": "734 people attended.",
+        "citations": [{"chunk_id": f"{TEXT_DOC}:00000", "excerpt": "the annual picnic drew 734  attendees"}],
+    }
+    with FakeOpenAI() as server:
+        server.script(chat_reply(json.dumps(invalid)), chat_reply(json.dumps(valid)))
+        raw = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        client = VisionClient(raw, engine="openai:fake", max_attempts=1)
+        answer = ask(PICNIC, config=RagConfig(), client=client)
+    assert answer.method == "llm" and answer.answer == "734 people attended."
+    assert [c.excerpt for c in answer.citations] == ["annual picnic drew 734 attendees"]
+    first, second = server.requests
+    assert first.body["response_format"]["type"] == "json_schema"
+    assert "does not appear in chunk" in second.body["messages"][-1]["content"]
+
+
+def test_an_image_chunk_citation_points_at_the_image(corpus) -> None:
+    chart = next(c for c in corpus if c.document_id == CHART_DOC)
+    hit = as_hit(chart)
+    where = locate(hit, find_excerpt("Numbat", chart.text))
+    assert where.image == "https://zoo.example/feed.png"
+    assert where.char_span == (40, 40)
