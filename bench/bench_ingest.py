@@ -42,8 +42,16 @@ def main() -> None:
     docs_dir = args.out / "docs"
     if not docs_dir.exists():
         subprocess.run(
-            [sys.executable, str(REPO / "bench" / "evalset.py"), "generate", str(args.out), "--docs", str(args.docs),
-             "--seed", str(args.seed)],
+            [
+                sys.executable,
+                str(REPO / "bench" / "evalset.py"),
+                "generate",
+                str(args.out),
+                "--docs",
+                str(args.docs),
+                "--seed",
+                str(args.seed),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -57,7 +65,9 @@ def main() -> None:
     started = time.perf_counter()
     proc = subprocess.run(
         [str(REPO / ".venv" / "bin" / "vision-rag"), "ingest", *files, "--json"],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - started
     report = json.loads(proc.stdout)

@@ -50,7 +50,9 @@ def _print_hits(hits: list[dict]) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.ingest import ingest_paths
 
-    report = ingest_paths(args.paths, progress=lambda line: print(line, file=sys.stderr))
+    report = ingest_paths(
+        args.paths, progress=lambda line: print(line, file=sys.stderr), workers=args.workers
+    )
     if args.json:
         _print_json(report.model_dump())
     else:
@@ -95,6 +97,82 @@ def cmd_enrich(args: argparse.Namespace) -> int:
     return 1 if any("error" in item for item in results) else 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from vision_rag_pipeline.query.ask import ask
+
+    try:
+        answer = ask(args.question, image=args.image, k=args.k)
+    except ValueError as exc:
+        print(f"vision-rag ask: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print_json(answer.model_dump(include={"answer", "answered", "method", "citations", "hits"}))
+        return 0
+    print(answer.answer)
+    for number, citation in enumerate(answer.citations, start=1):
+        excerpt = " ".join(citation.excerpt.split())[:200]
+        print(f"  [{number}] {citation.document} ({_location(citation.model_dump())}): {excerpt}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from vision_rag_pipeline.query.api import serve
+
+    serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from vision_rag_pipeline.definitions import defs
+    from vision_rag_pipeline.enrichment.sensors import (
+        UnknownPartitionError,
+        run_reenrich_backfill,
+        submit_reenrich_backfill,
+    )
+    from vision_rag_pipeline.ingest import dagster_instance
+
+    instance = dagster_instance()
+    try:
+        if args.submit:
+            backfill_id = submit_reenrich_backfill(defs, instance, args.partitions)
+            print(f"submitted backfill {backfill_id}; the Dagster daemon runs it (UI: Overview > Backfills)")
+            return 0
+        report = run_reenrich_backfill(defs, instance, args.partitions)
+    except UnknownPartitionError as exc:
+        print(f"vision-rag backfill: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print_json(report)
+    else:
+        for entry in report:
+            status = "ok" if entry["success"] else "FAILED"
+            detail = ""
+            if entry["success"]:
+                detail = (
+                    f": {entry['enrichment_calls']} enrichment calls, {entry['cache_hits']} cache hits, "
+                    f"{entry['chunks']} chunks"
+                )
+            print(f"{status} {entry['partition']}{detail} (run {entry['run_id']})")
+    return 0 if all(entry["success"] for entry in report) else 1
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from vision_rag_pipeline.config import load_config
+    from vision_rag_pipeline.indexes.lexical import open_lexical_index
+    from vision_rag_pipeline.indexes.reindex import reindex
+
+    report = reindex(open_lexical_index(), load_config().embedding, reembed=args.reembed)
+    if args.json:
+        _print_json(report.model_dump())
+    else:
+        print(
+            f"swapped in {report.vector.chunks} chunk rows and {report.vector.images} image rows "
+            f"({'re-embedded' if report.vector.reembedded else 'vectors copied'}, dim {report.vector.dim}) "
+            f"and {report.lexical_docs} lexical entries in {report.seconds:.1f}s"
+        )
+    return 0
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.config import load_config
 
@@ -115,7 +193,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     print(f"Ingesting {len(samples)} bundled sample documents into {home()} ...")
-    status = cmd_ingest(argparse.Namespace(paths=samples, json=False))
+    status = cmd_ingest(argparse.Namespace(paths=samples, json=False, workers=None))
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
         _print_hits([h.model_dump() for h in search(text=query, k=3)])
@@ -135,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="ingest MHTML/PDF files through the Dagster asset graph")
     ingest.add_argument("paths", nargs="+", metavar="PATH")
     ingest.add_argument("--json", action="store_true", help="print one JSON report")
+    ingest.add_argument(
+        "--workers",
+        type=int,
+        help="documents run at once, each in its own process (default: 2, or 1 on 1 core)",
+    )
     ingest.set_defaults(func=cmd_ingest)
 
     search = sub.add_parser("search", help="hybrid / vector / lexical search")
@@ -150,6 +233,32 @@ def build_parser() -> argparse.ArgumentParser:
     enrich.add_argument("--json", action="store_true")
     enrich.set_defaults(func=cmd_enrich)
 
+    ask = sub.add_parser("ask", help="answer a question with verbatim, located citations")
+    ask.add_argument("question", metavar="QUESTION")
+    ask.add_argument("--image", metavar="FILE", help="an image the question is about")
+    ask.add_argument("-k", type=int, default=None, help="chunks retrieved for the context")
+    ask.add_argument("--json", action="store_true", help="print {answer, citations, hits}")
+    ask.set_defaults(func=cmd_ask)
+
+    serve = sub.add_parser("serve", help="run the HTTP API (upload, search, chat, media enrichment)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
+    serve.set_defaults(func=cmd_serve)
+
+    backfill = sub.add_parser(
+        "backfill", help="re-enrich, re-chunk, re-embed and re-index partitions (after a prompt/model change)"
+    )
+    backfill.add_argument("--partitions", nargs="+", metavar="KEY", help="document partitions (default: all)")
+    backfill.add_argument("--submit", action="store_true", help="queue a Dagster backfill for the daemon")
+    backfill.add_argument("--json", action="store_true")
+    backfill.set_defaults(func=cmd_backfill)
+
+    reindex = sub.add_parser("reindex", help="rebuild the vector and lexical indexes aside and swap them in")
+    reindex.add_argument("--reembed", action="store_true", help="embed every chunk again")
+    reindex.add_argument("--json", action="store_true")
+    reindex.set_defaults(func=cmd_reindex)
+
     config = sub.add_parser("config", help="configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the effective configuration")
@@ -164,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:  # a bad config file, query or image: one line, no traceback
         print(f"vision-rag: {exc}", file=sys.stderr)
         return 2
 

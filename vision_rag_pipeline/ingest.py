@@ -6,10 +6,13 @@ DAGSTER_HOME, so they show up in the UI exactly like runs launched from it.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 
 import dagster as dg
@@ -26,6 +29,11 @@ _LOCAL_INSTANCE_YAML = """\
 # Written by vision-rag for the embedded default: SQLite run/event storage in this directory.
 telemetry:
   enabled: false
+nux:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
 """
 
 
@@ -38,14 +46,17 @@ class FailedFile(BaseModel):
     error: str
 
 
-class IngestReport(BaseModel):
-    documents: int = 0
+class _Counts(BaseModel):
     images: int = 0
     images_ignored: int = 0
     images_enriched: int = 0
     enrichment_calls: int = 0
     cache_hits: int = 0
     chunks: int = 0
+
+
+class IngestReport(_Counts):
+    documents: int = 0
     failed: list[FailedFile] = Field(default_factory=list)
     seconds: float = 0.0
 
@@ -58,10 +69,10 @@ def _fast_local_sqlite(dbapi_connection: object, _record: object) -> None:
         dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
+@cache
 def dagster_instance() -> dg.DagsterInstance:
     """The instance in DAGSTER_HOME (default `$VISION_RAG_HOME/dagster`), created on first use."""
-    if not sqlalchemy.event.contains(Engine, "connect", _fast_local_sqlite):
-        sqlalchemy.event.listen(Engine, "connect", _fast_local_sqlite)
+    sqlalchemy.event.listen(Engine, "connect", _fast_local_sqlite)
     home = dagster_home()
     os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
@@ -71,37 +82,100 @@ def dagster_instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
-def ingest_paths(paths: Sequence[str], progress: Callable[[str], None] = lambda _: None) -> IngestReport:
-    """Register each file as a partition and materialize the asset graph for it, one run each."""
-    from vision_rag_pipeline.definitions import defs
+class DocumentOutcome(_Counts):
+    """What one document's run produced (picklable: it crosses from a worker process)."""
 
+    path: str
+    document_id: str
+    error: str | None = None
+
+
+def default_workers() -> int:
+    """Two runs at once keep both cores busy: one document's OCR overlaps another's bookkeeping."""
+    return int(os.environ.get("VISION_RAG_INGEST_WORKERS") or min(2, os.cpu_count() or 1))
+
+
+def ingest_paths(
+    paths: Sequence[str], progress: Callable[[str], None] = lambda _: None, workers: int | None = None
+) -> IngestReport:
+    """Register each file as a partition and materialize the asset graph for it, one run each.
+
+    With several workers the runs execute in that many spawned processes (each loads the models
+    once); with one they execute in this process.
+    """
     started = time.perf_counter()
     report = IngestReport()
     instance = dagster_instance()
-    job = defs.resolve_job_def("ingest_document")
     registry = DocumentRegistry()
+    accepted: list[tuple[str, str]] = []
     for path in paths:
         reason = _unreadable_reason(Path(path))
         if reason:
             report.failed.append(FailedFile(path=path, error=reason))
-            progress(f"FAILED {path}: {reason}")
-            continue
-        document_id = registry.register(path).document_id
-        instance.add_dynamic_partitions(documents_partitions.name, [document_id])
-        result = job.execute_in_process(
-            instance=instance, partition_key=document_id, raise_on_error=False, run_config=_QUIET_CONSOLE
-        )
-        if not result.success:
-            error = _failure_reason(result)
-            if Path(path).name not in error:
-                error = f"{Path(path).name}: {error}"
-            report.failed.append(FailedFile(path=path, error=error))
-            progress(f"FAILED {error}")
-            continue
-        _add_counts(report, result)
-        progress(f"ok {path} ({document_id})")
+            progress(f"FAILED {reason}")
+        else:
+            accepted.append((path, registry.register(path).document_id))
+    instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
+    workers = max(1, min(workers or default_workers(), len(accepted)))
+    if workers == 1:
+        outcomes: Iterable[DocumentOutcome] = map(run_document, accepted)
+        _merge(report, outcomes, progress)
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            _merge(report, pool.map(run_document, accepted), progress)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _merge(
+    report: IngestReport, outcomes: Iterable[DocumentOutcome], progress: Callable[[str], None]
+) -> None:
+    for outcome in outcomes:
+        if outcome.error:
+            report.failed.append(FailedFile(path=outcome.path, error=outcome.error))
+            progress(f"FAILED {outcome.error}")
+            continue
+        report.documents += 1
+        for field in (
+            "images",
+            "images_ignored",
+            "images_enriched",
+            "enrichment_calls",
+            "cache_hits",
+            "chunks",
+        ):
+            setattr(report, field, getattr(report, field) + getattr(outcome, field))
+        progress(f"ok {outcome.path} ({outcome.document_id})")
+
+
+def run_document(item: tuple[str, str]) -> DocumentOutcome:
+    """Materialize the whole asset graph for one registered document in this process."""
+    from vision_rag_pipeline.definitions import defs
+
+    path, document_id = item
+    result = defs.resolve_job_def("ingest_document").execute_in_process(
+        instance=dagster_instance(),
+        partition_key=document_id,
+        raise_on_error=False,
+        run_config=_QUIET_CONSOLE,
+    )
+    if not result.success:
+        error = _failure_reason(result)
+        if Path(path).name not in error:
+            error = f"{Path(path).name}: {error}"
+        return DocumentOutcome(path=path, document_id=document_id, error=error)
+    verdicts = result.output_for_node("image_verdicts")
+    batch = result.output_for_node("image_enrichments")
+    return DocumentOutcome(
+        path=path,
+        document_id=document_id,
+        images=len(result.output_for_node("extracted_images")),
+        images_ignored=sum(v.verdict == "IGNORE" for v in verdicts),
+        images_enriched=len(batch.results),
+        enrichment_calls=batch.calls,
+        cache_hits=batch.cache_hits,
+        chunks=len(result.output_for_node("document_chunks")),
+    )
 
 
 def _unreadable_reason(path: Path) -> str | None:
@@ -112,19 +186,6 @@ def _unreadable_reason(path: Path) -> str | None:
     if sniff_document_kind(path) is None:
         return f"{path.name}: not an MHTML web archive or a PDF"
     return None
-
-
-def _add_counts(report: IngestReport, result: dg.ExecuteInProcessResult) -> None:
-    images = result.output_for_node("extracted_images")
-    verdicts = result.output_for_node("image_verdicts")
-    batch = result.output_for_node("image_enrichments")
-    report.documents += 1
-    report.images += len(images)
-    report.images_ignored += sum(v.verdict == "IGNORE" for v in verdicts)
-    report.images_enriched += len(batch.results)
-    report.enrichment_calls += batch.calls
-    report.cache_hits += batch.cache_hits
-    report.chunks += len(result.output_for_node("document_chunks"))
 
 
 def _failure_reason(result: dg.ExecuteInProcessResult) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 ORIGINAL_ES_URL = os.environ.get("VISION_RAG_ES_URL")  # a real cluster for the lexical contract suite
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VISION_RAG_INGEST_WORKERS", "1")  # in-process runs; one test covers the worker pool
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "VISION_RAG_CONFIG", "VISION_RAG_ES_URL"):
     os.environ.pop(_var, None)

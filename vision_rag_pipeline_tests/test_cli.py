@@ -39,7 +39,7 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     bad = tmp_path / "notes.txt"
     bad.write_text("just text")
     missing = tmp_path / "missing.pdf"
-    code, out = _run(capsys, "ingest", *samples, str(bad), str(missing), "--json")
+    code, out = _run(capsys, "ingest", *samples, str(bad), str(missing), "--json", "--workers", "2")
     report = json.loads(out)
     assert set(report) == INGEST_KEYS
     assert code == 1, "a failed file makes the exit code 1"

@@ -2,8 +2,9 @@
 
 Text runs are rendered as Markdown with each worthwhile image annotated inline as
 `![description](url)` and split recursively; tables are one chunk each, whole; every enriched
-image also becomes its own Meta-Content chunk. Each chunk keeps where it came from: page and
-bbox for PDF elements, a char span into the document text for MHTML.
+image also becomes its own Meta-Content chunk, plus short excerpt chunks of its text. Each
+chunk keeps where it came from: page and bbox for PDF elements, a char span into the document
+text for MHTML.
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.chunks.splitter import split_text
 from vision_rag_pipeline.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
+from vision_rag_pipeline.enrichment.fusion import clean_ocr_text
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 from vision_rag_pipeline.images.model import ExtractedImage
+
+# An image's text is also indexed in small groups of lines, each under the document title and
+# the image caption: a question about one row of a table or one bar of a chart then meets a
+# chunk about that row, not a whole image's worth of text diluted by every other row.
+IMAGE_EXCERPT_CHARS = 160
 
 
 @dataclass
@@ -160,21 +167,43 @@ def _image_chunks(
             "alt": image.alt,
             "pages": [image.location.page] if image.location.page else [],
         }
-        chunks.append(
-            Chunk(
-                chunk_id="",
-                document_id=document_id,
-                index=0,
-                kind="image",
-                text=result.meta_content,
-                page=image.location.page,
-                bbox=image.location.bbox,
-                char_span=image.location.char_span,
-                image=image.url,
-                metadata=metadata,
+        located = {
+            "document_id": document_id,
+            "index": 0,
+            "kind": "image",
+            "page": image.location.page,
+            "bbox": image.location.bbox,
+            "char_span": image.location.char_span,
+            "image": image.url,
+        }
+        chunks.append(Chunk(chunk_id="", text=result.meta_content, metadata=metadata, **located))
+        heading = " — ".join(part for part in (doc.title, image.caption or image.alt) if part)
+        for part, lines in enumerate(_line_groups(clean_ocr_text(result.ocr.text), IMAGE_EXCERPT_CHARS)):
+            chunks.append(
+                Chunk(
+                    chunk_id="",
+                    text=f"{heading}: {lines}" if heading else lines,
+                    metadata=metadata | {"image_excerpt": part},
+                    **located,
+                )
             )
-        )
     return chunks
+
+
+def _line_groups(text: str, max_chars: int) -> list[str]:
+    """Consecutive OCR lines packed into groups of at most `max_chars` (a longer line stands alone)."""
+    groups: list[str] = []
+    current = ""
+    for line in (raw.strip() for raw in text.splitlines()):
+        if not line:
+            continue
+        if current and len(current) + 3 + len(line) > max_chars:
+            groups.append(current)
+            current = ""
+        current = f"{current} · {line}" if current else line
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _page_and_bbox(locations: list[Location]) -> tuple[int | None, BBox | None]:

@@ -8,15 +8,11 @@ such fallbacks are not cached, so the next run asks the provider again.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
 import io
-import multiprocessing
 import os
-import threading
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,67 +72,28 @@ def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
     return OcrResult(text=text, confidence=100.0 if text else 0.0, level="High" if text else "Low"), None
 
 
-_pool: ProcessPoolExecutor | None = None
-_pool_workers = 0
-_pool_lock = threading.Lock()
-
-
-def _shutdown_pool() -> None:
-    global _pool
-    with _pool_lock:
-        if _pool is not None:
-            _pool.shutdown(wait=False, cancel_futures=True)
-            _pool = None
-
-
-def _process_pool(workers: int) -> ProcessPoolExecutor:
-    """The process-wide OCR pool, created on first use ("spawn": safe next to threads and DB clients)."""
-    global _pool, _pool_workers
-    with _pool_lock:
-        if _pool is not None and _pool_workers != workers:
-            _pool.shutdown(wait=False, cancel_futures=True)
-            _pool = None
-        if _pool is None:
-            if _pool_workers == 0:
-                atexit.register(_shutdown_pool)
-            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-            _pool_workers = workers
-        return _pool
-
-
 def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, tuple[OcrResult, str | None]]:
     """OCR text per image, or empty text and the reason it could not be read.
 
-    Images are decoded here and the decoded picture is sent to the pool, so a worker only
-    imports the OCR module, and decoding the next image overlaps with OCR of the previous ones.
+    Threads, not processes: Tesseract runs as a subprocess and the numpy/PIL preparation releases
+    the GIL, so two threads read as fast as two processes here, without a pool that outlives the
+    step (a process pool left idle at exit hangs Dagster's multiprocess step workers).
     """
     ocr_config = config.media_enrichment.ocr
-    workers = ocr_config.max_workers or os.cpu_count() or 1
-    pool = _process_pool(workers) if len(images) > 1 and workers > 1 else None
-    results: dict[str, tuple[OcrResult, str | None]] = {}
-    pending: dict[str, Future[OcrResult]] = {}
-    for sha, image in images.items():
+    workers = min(ocr_config.max_workers or os.cpu_count() or 1, max(1, len(images)))
+
+    def read(image: DocumentImage) -> tuple[OcrResult, str | None]:
         try:
             picture = load_image(image.data, image.mime)
         except ImageError as exc:
-            results[sha] = _svg_ocr(image.data) if _looks_like_svg(image) else (OcrResult(), str(exc))
-            continue
-        if pool is not None:
-            pending[sha] = pool.submit(ocr_image, picture, ocr_config.languages)
-            continue
+            return _svg_ocr(image.data) if _looks_like_svg(image) else (OcrResult(), str(exc))
         try:
-            results[sha] = (ocr_image(picture, ocr_config.languages), None)
+            return ocr_image(picture, ocr_config.languages), None
         except OcrError as exc:
-            results[sha] = (OcrResult(), str(exc))
-    for sha, future in pending.items():
-        try:
-            results[sha] = (future.result(), None)
-        except OcrError as exc:
-            results[sha] = (OcrResult(), str(exc))
-        except BrokenProcessPool:
-            _shutdown_pool()  # a crashed worker (OOM, signal) poisons the pool; the next batch gets a new one
-            results[sha] = (OcrResult(), "OCR worker process died")
-    return results
+            return OcrResult(), str(exc)
+
+    with ThreadPoolExecutor(max_workers=workers) as threads:
+        return dict(zip(images, threads.map(read, images.values()), strict=True))
 
 
 # --- vision model --------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ def pgvector_index(
     images = [
         (image_enrichments.results[c.metadata["image_sha256"]], chunk_embeddings.vectors[i])
         for i, c in enumerate(document_chunks)
-        if c.kind == "image" and c.metadata.get("image_sha256") in image_enrichments.results
+        if c.kind == "image"
+        and "image_excerpt" not in c.metadata  # one rag_images row per image: its Meta-Content chunk
+        and c.metadata.get("image_sha256") in image_enrichments.results
     ]
     store.replace_document(context.partition_key, document_chunks, chunk_embeddings.vectors, images)
     rows = store.count(context.partition_key)
