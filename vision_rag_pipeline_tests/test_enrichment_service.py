@@ -17,6 +17,7 @@ from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.classifier import classify_images
+from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
 from vision_rag_pipeline.enrichment.service import enrich_document_images, enrich_files, media_enrichment
 from vision_rag_pipeline.enrichment.vlm import VisionClient
@@ -89,7 +90,10 @@ def test_cold_then_warm_cache_then_new_prompt(
         assert meta["source"] == f"report.mhtml/{img.name}"
         for word in " ".join(lines).split():
             assert word in meta["content"]  # the image's words are searchable
-        assert result.fusion == "rule" and result.vision_tokens == 0 and not result.cached
+        assert result.fusion == "rule" and not result.cached
+        size = Image.open(io.BytesIO(img.data)).size
+        assert result.vision_tokens == vision_tokens(*size, "auto"), "cost is estimated even offline"
+    assert cold.vision_tokens == sum(r.vision_tokens for r in cold.results.values())
 
     warm = enrich_document_images(images, verdicts, config, cache, "report.mhtml")
     assert (warm.calls, warm.cache_hits) == (0, 3)

@@ -52,7 +52,7 @@ class EnrichmentBatch(BaseModel):
     results: dict[str, EnrichmentResult] = Field(default_factory=dict)
     calls: int = 0  # enrichments computed (cache misses): OCR + fusion, plus the VLM when configured
     cache_hits: int = 0
-    vision_tokens: int = 0  # estimated vision tokens of the VLM calls made in this batch
+    vision_tokens: int = 0  # what the provider bills for these images (low: 85; high/auto: by 512-px tiles)
     errors: list[str] = Field(default_factory=list)
 
 
@@ -99,19 +99,27 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
 # --- vision model --------------------------------------------------------------------------------
 
 
-def _describe(vision: VisionClient, image: DocumentImage, feature: MllmFeature) -> tuple[str, int]:
-    """The VLM caption of one image and its estimated token cost."""
-    img = load_image(image.data, image.mime)
-    data, mime, (width, height) = encode_for_vision(img, feature.detail_mode)
-    caption = vision.describe_one(VisionImage(data, mime), feature)
-    return caption, vision_tokens(width, height, feature.detail_mode)
+def _describe(vision: VisionClient, image: DocumentImage, feature: MllmFeature) -> str:
+    """The VLM caption of one image."""
+    data, mime, _ = encode_for_vision(load_image(image.data, image.mime), feature.detail_mode)
+    return vision.describe_one(VisionImage(data, mime), feature)
+
+
+def _token_estimate(image: DocumentImage, detail_mode: str) -> int:
+    """Vision tokens as the provider bills this image, whether or not a provider is configured."""
+    if image.width and image.height:
+        return vision_tokens(image.width, image.height, detail_mode)
+    try:
+        with Image.open(io.BytesIO(image.data)) as img:
+            return vision_tokens(img.width, img.height, detail_mode)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return 0
 
 
 @dataclass
 class _Computed:
     ocr: OcrResult
     caption: str | None = None
-    tokens: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -125,7 +133,7 @@ def _compute(
     """OCR every image in the process pool while the VLM describes them in threads, then fuse."""
     mllm = config.media_enrichment.features.mllm
     with ThreadPoolExecutor(max_workers=vision.max_concurrency if vision else 1) as threads:
-        captions: dict[str, Future[tuple[str, int]]] = {}
+        captions: dict[str, Future[str]] = {}
         if vision is not None and mllm.enabled:
             captions = {sha: threads.submit(_describe, vision, img, mllm) for sha, img in images.items()}
         computed = {}
@@ -133,7 +141,7 @@ def _compute(
             computed[sha] = _Computed(ocr, errors=[f"ocr: {error}"] if error else [])
         for sha, future in captions.items():
             try:
-                computed[sha].caption, computed[sha].tokens = future.result()
+                computed[sha].caption = future.result()
             except (VisionError, ImageError) as exc:
                 computed[sha].errors.append(f"vision: {exc}")
         fusions = {
@@ -233,7 +241,8 @@ def enrich_document_images(
     use_cache = cache is not None and features.cache.enabled
     hits = cache.get_many(keys.values(), expiry=features.cache.expiry) if use_cache else {}
 
-    batch = EnrichmentBatch()
+    estimates = {sha: _token_estimate(image, features.mllm.detail_mode) for sha, image in unique.items()}
+    batch = EnrichmentBatch(vision_tokens=sum(estimates.values()))
     sources = {sha: f"{document_name}/{image.name}" for sha, image in unique.items()}
     misses: dict[str, DocumentImage] = {}
     for sha, image in unique.items():
@@ -258,13 +267,12 @@ def enrich_document_images(
             ocr=done.ocr,
             vlm_caption=done.caption,
             fusion=fused.fusion,
-            vision_tokens=done.tokens,
+            vision_tokens=estimates[sha],
             errors=done.errors,
             cache_key=keys[sha],
         )
         batch.results[sha] = result
         batch.calls += 1
-        batch.vision_tokens += done.tokens
         batch.errors.extend(f"{sources[sha]}: {error}" for error in done.errors)
         if not done.errors:
             fresh[keys[sha]] = result

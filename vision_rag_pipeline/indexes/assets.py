@@ -49,19 +49,5 @@ def lexical_index(
     context: dg.AssetExecutionContext, document_chunks: list[Chunk], lexical: LexicalIndexResource
 ) -> dg.MaterializeResult:
     index = lexical.open()
-    index.replace_document(
-        context.partition_key,
-        [
-            LexicalDoc(
-                chunk_id=c.chunk_id,
-                document_id=c.document_id,
-                kind=c.kind,
-                text=c.text,
-                page=c.page,
-                image=c.image,
-                metadata={"source": c.metadata.get("source")},
-            )
-            for c in document_chunks
-        ],
-    )
+    index.replace_document(context.partition_key, [LexicalDoc.of(c) for c in document_chunks])
     return dg.MaterializeResult(metadata={"rows": index.count(context.partition_key)})

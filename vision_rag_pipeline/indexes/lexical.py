@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.config import home as default_home
 
 ES_URL_ENV = "VISION_RAG_ES_URL"
@@ -38,6 +39,19 @@ class LexicalDoc(BaseModel):
     page: int | None = None
     image: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> LexicalDoc:
+        """The lexical index's view of a chunk (its text lives in Postgres too)."""
+        return cls(
+            chunk_id=chunk.chunk_id,
+            document_id=chunk.document_id,
+            kind=chunk.kind,
+            text=chunk.text,
+            page=chunk.page,
+            image=chunk.image,
+            metadata={"source": chunk.metadata.get("source")},
+        )
 
 
 class LexicalHit(BaseModel):

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.config import EmbeddingConfig
 from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex
 from vision_rag_pipeline.indexes.pgvector_store import RebuildReport, rebuild_tables, stored_chunks
@@ -26,19 +25,6 @@ class ReindexReport(BaseModel):
     vector: RebuildReport
     lexical_docs: int
     seconds: float
-
-
-def lexical_doc(chunk: Chunk) -> LexicalDoc:
-    """The lexical index's view of a chunk (the same fields the lexical_index asset writes)."""
-    return LexicalDoc(
-        chunk_id=chunk.chunk_id,
-        document_id=chunk.document_id,
-        kind=chunk.kind,
-        text=chunk.text,
-        page=chunk.page,
-        image=chunk.image,
-        metadata={"source": chunk.metadata.get("source")},
-    )
 
 
 def vector_dimension(url: str | None = None) -> int | None:
@@ -59,7 +45,7 @@ def rebuild_lexical(lexical: LexicalIndex, url: str | None = None) -> int:
         nonlocal count
         for chunk in stored_chunks(url):
             count += 1
-            yield lexical_doc(chunk)
+            yield LexicalDoc.of(chunk)
 
     lexical.rebuild(docs())
     return count
