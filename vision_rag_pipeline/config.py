@@ -206,3 +206,9 @@ def home() -> Path:
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or home() / "dagster").expanduser().resolve()
+
+
+def cpu_threads() -> int:
+    """Threads this process may keep busy (OCR, torch): its share of the cores when ingest runs
+    several documents at once (`VISION_RAG_THREADS`), else every core."""
+    return int(os.environ.get("VISION_RAG_THREADS") or os.cpu_count() or 1)

@@ -121,7 +121,13 @@ def ingest_paths(
         outcomes: Iterable[DocumentOutcome] = map(run_document, accepted)
         _merge(report, outcomes, progress)
     else:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_limit_threads,
+            initargs=(share,),
+        ) as pool:
             _merge(report, pool.map(run_document, accepted), progress)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
@@ -146,6 +152,11 @@ def _merge(
         ):
             setattr(report, field, getattr(report, field) + getattr(outcome, field))
         progress(f"ok {outcome.path} ({outcome.document_id})")
+
+
+def _limit_threads(threads: int) -> None:
+    """Give each worker process its share of the cores, so OCR and torch threads do not oversubscribe."""
+    os.environ["VISION_RAG_THREADS"] = str(threads)
 
 
 def run_document(item: tuple[str, str]) -> DocumentOutcome:

@@ -19,14 +19,14 @@ import logging
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytesseract
 from PIL import Image, ImageFilter
 
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult
-from vision_rag_pipeline.enrichment.preprocess import for_ocr, run_lengths, scale_for_ocr
+from vision_rag_pipeline.enrichment.preprocess import deskew, for_ocr, run_lengths, scale_for_ocr, sharpen_soft
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,10 @@ WORD_MIN_CONFIDENCE = 30.0  # below this Tesseract is mostly reading texture, no
 EXTRA_LINE_MIN_CONFIDENCE = 60.0  # a line a secondary pass adds must be this sure
 UNREAD_INK_RATIO = 0.04  # secondary sparse pass when more ink than this lies outside read words
 PROBE_MAX_SIDE = 1000
+REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
+REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
+REREAD_MAX_SCALE = 4.0
+REREAD_INK_LEVEL = 140
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
@@ -280,6 +284,58 @@ def _looks_vertical(page: Image.Image) -> bool:
     return bool(columns_striped > 1.5 * rows_striped)
 
 
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
+
+
+def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]) -> None:
+    """Read every number again, enlarged, each on its own line of one sheet (one Tesseract run).
+
+    At chart and table sizes Tesseract drops or misreads the decimal point of a number more
+    often than any letter ("746" for 74.6, "86:8" for 86.8). A word box holding only that number,
+    enlarged so digits are 40 px tall, is read reliably. The re-reading replaces the first one
+    only when it has the same digits (it restores separators, never invents digits) or is surer.
+    """
+    seen: dict[tuple[int, int, int, int], list[tuple[_Line, int]]] = {}
+    for reading in passes:
+        if reading.rotation != 0:
+            continue
+        for line in reading.lines:
+            for index, word in enumerate(line.words):
+                if len(_digits(word.text)) >= 3 and not any(c.isalpha() for c in word.text.strip("xXMK%$")):
+                    seen.setdefault((word.left, word.top, word.width, word.height), []).append((line, index))
+    boxes = list(seen)[:REREAD_MAX_WORDS]
+    if not boxes:
+        return
+    crops = []
+    for left, top, width, height in boxes:
+        pad = max(3, height // 3)
+        crop = page.crop((left - pad, top - pad, left + width + pad, top + height + pad))
+        scale = min(REREAD_MAX_SCALE, max(1.0, REREAD_TEXT_HEIGHT / max(height, 1)))
+        crop = crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
+        crops.append(crop.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255))  # grey smudges are not ink
+    gap = REREAD_TEXT_HEIGHT
+    sheet = Image.new("L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255)
+    centres, y = [], gap
+    for crop in crops:
+        sheet.paste(crop, (gap, y))
+        centres.append((y, y + crop.height))
+        y += crop.height + gap
+    found: dict[int, list[_Word]] = {}
+    for line in _run_tesseract(sheet, 6, languages):
+        middle = line.top + max(w.height for w in line.words) / 2
+        for slot, (start, end) in enumerate(centres):
+            if start - gap / 2 <= middle < end + gap / 2:
+                found.setdefault(slot, []).extend(line.words)
+    for slot, words in found.items():
+        text = "".join(w.text for w in sorted(words, key=lambda w: w.left))
+        conf = min(w.conf for w in words)
+        for line, index in seen[boxes[slot]]:
+            old = line.words[index]
+            if text != old.text and (_digits(text) == _digits(old.text) or conf > old.conf + 10):
+                line.words[index] = replace(old, text=text, conf=max(conf, old.conf))
+
+
 def _tokens(text: str) -> set[str]:
     return {t.lower() for t in _TOKEN.findall(text)}
 
@@ -329,7 +385,9 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     vertically) or by 180 degrees (reading is poor).
     """
     langs = usable_languages(languages or ["eng"])
-    rgb, text_height = scale_for_ocr(img, keep_colour=True)
+    upright, _ = deskew(img)
+    rgb, text_height = scale_for_ocr(upright, keep_colour=True)
+    rgb, text_height, _ = sharpen_soft(rgb, text_height)
     ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
     page = _as_page(ink)
 
@@ -347,6 +405,7 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     for rotation in rotations[: MAX_PASSES - len(passes)]:
         rotated = page.rotate(rotation, expand=True, fillcolor=255)
         passes.append(_Pass(f"rotated {rotation}", rotation, _run_tesseract(rotated, 3, langs)))
+    _reread_numbers(page, passes, langs)
     return _result(_merge(passes), langs)
 
 

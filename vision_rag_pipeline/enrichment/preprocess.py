@@ -14,7 +14,7 @@ import zlib
 from xml.parsers import expat
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageFilter, ImageOps, UnidentifiedImageError
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 # 40 megapixels: a 600 dpi A3 scan fits; a 50,000 x 50,000 "bomb" (2.5 GP) does not.
@@ -267,3 +267,80 @@ def for_ocr(img: Image.Image, *, keep_colour: bool = False) -> Image.Image:
     with 40 px headings needs nothing, a 1200 px wide table in 9 px type needs x2-3.
     """
     return scale_for_ocr(img, keep_colour=keep_colour)[0]
+
+
+# Soft edges: the steepest grey-level steps of a sharp image (even anti-aliased, JPEG'd or
+# downscaled) climb most of the contrast within a pixel or two; a blurred one needs several.
+SOFT_EDGE_SHARPNESS = 0.5
+MAX_SKEW_DEGREES = 6.0
+MIN_SKEW_DEGREES = 0.4  # below this Tesseract copes and a resampling costs more than it gains
+SKEW_PROBE_SIDE = 600
+
+
+def edge_sharpness(gray: np.ndarray) -> float:
+    """Steepness of the image's strongest edges relative to its contrast (sharp ~0.6-1, blurred < 0.4)."""
+    values = gray.astype(np.float32)
+    contrast = float(np.percentile(values, 99) - np.percentile(values, 1))
+    if contrast < 10:
+        return 1.0  # a flat image has no edges to judge; nothing to sharpen
+    steps = np.concatenate([np.abs(np.diff(values, axis=1)).ravel(), np.abs(np.diff(values, axis=0)).ravel()])
+    strong = steps[steps > 0.1 * contrast]
+    return float(np.percentile(strong, 90) / contrast) if strong.size else 0.0
+
+
+def sharpen_soft(img: Image.Image, text_height: float | None) -> tuple[Image.Image, float | None, bool]:
+    """Upscale (x2, within the pixel cap) and unsharp-mask an image whose edges are soft.
+
+    Blur merges a decimal point into its digits and thin strokes into their background; doubling
+    the resolution first gives the mask room to restore the gaps. Returns (image, text height, done).
+    """
+    if edge_sharpness(np.asarray(img.convert("L"))) >= SOFT_EDGE_SHARPNESS:
+        return img, text_height, False
+    scale = min(2.0, math.sqrt(OCR_MAX_PIXELS / (img.width * img.height)))
+    if scale > 1.1:
+        img = img.resize((round(img.width * scale), round(img.height * scale)), Image.Resampling.BICUBIC)
+        text_height = None if text_height is None else text_height * scale
+    else:
+        scale = 1.0
+    return img.filter(ImageFilter.UnsharpMask(radius=2.0 * scale, percent=250, threshold=0)), text_height, True
+
+
+def estimate_skew(gray: np.ndarray) -> float:
+    """Angle in degrees (counter-clockwise, as `Image.rotate` takes it) that levels the text lines.
+
+    Text lines, table rules and chart grid lines give the row profile of the ink (whatever
+    differs from the dominant grey) its sharpest peaks when they run exactly horizontally: try
+    angles within +-6 degrees, coarse then fine.
+    """
+    probe = Image.fromarray(gray, mode="L")
+    if max(probe.size) > SKEW_PROBE_SIDE:
+        probe.thumbnail((SKEW_PROBE_SIDE, SKEW_PROBE_SIDE), Image.Resampling.BOX)
+    values = np.asarray(probe, dtype=np.int16)
+    # edges, not ink: a dark panel or a coloured bar would weigh by its area, a letter by its outline
+    steps = np.zeros(values.shape, dtype=np.int16)
+    steps[:, 1:] = np.abs(np.diff(values, axis=1))
+    steps[1:, :] = np.maximum(steps[1:, :], np.abs(np.diff(values, axis=0)))
+    ink = steps > max(12, 0.15 * int(steps.max()))
+    if ink.sum() < 50:
+        return 0.0
+    mask = Image.fromarray(np.where(ink, 255, 0).astype(np.uint8), mode="L")
+
+    def peakedness(angle: float) -> float:
+        rows = np.asarray(mask.rotate(angle, Image.Resampling.BILINEAR), dtype=np.float64).sum(axis=1)
+        return float(np.square(rows).sum())
+
+    coarse = np.arange(-MAX_SKEW_DEGREES, MAX_SKEW_DEGREES + 0.01, 0.5)
+    best = max(coarse, key=peakedness)
+    fine = np.arange(best - 0.4, best + 0.41, 0.1)
+    return round(float(max(fine, key=peakedness)), 1)
+
+
+def deskew(img: Image.Image) -> tuple[Image.Image, float]:
+    """`img` turned so its text runs horizontally (grown to keep the corners); returns it and the angle."""
+    angle = estimate_skew(np.asarray(img.convert("L")))
+    if abs(angle) < MIN_SKEW_DEGREES:
+        return img, 0.0
+    pixels = np.asarray(img.convert("RGB"))
+    border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+    fill = tuple(int(v) for v in np.median(border, axis=0))
+    return img.convert("RGB").rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill), angle

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from PIL import Image
 from pydantic import BaseModel, Field, ValidationError
 
-from vision_rag_pipeline.config import MllmFeature, RagConfig, load_config
+from vision_rag_pipeline.config import MllmFeature, RagConfig, cpu_threads, load_config
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE, EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.classifier import classify_images
@@ -80,7 +79,7 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
     step (a process pool left idle at exit hangs Dagster's multiprocess step workers).
     """
     ocr_config = config.media_enrichment.ocr
-    workers = min(ocr_config.max_workers or os.cpu_count() or 1, max(1, len(images)))
+    workers = min(ocr_config.max_workers or cpu_threads(), max(1, len(images)))
 
     def read(image: DocumentImage) -> tuple[OcrResult, str | None]:
         try:
