@@ -269,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from vision_rag_pipeline.ingest import quiet_library_noise
+
+    quiet_library_noise()
     from vision_rag_pipeline.config import ConfigError
 
     try:

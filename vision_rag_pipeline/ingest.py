@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import sqlite3
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
@@ -125,7 +126,7 @@ def ingest_paths(
         with ProcessPoolExecutor(
             workers,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_limit_threads,
+            initializer=_init_worker,
             initargs=(share,),
         ) as pool:
             _merge(report, pool.map(run_document, accepted), progress)
@@ -154,9 +155,20 @@ def _merge(
         progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
-def _limit_threads(threads: int) -> None:
+def quiet_library_noise() -> None:
+    """Keep the terminal for our own lines: Dagster beta/preview notices, the missing
+    XDG_RUNTIME_DIR notice and the model-loading progress bar say nothing a user can act on."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+def _init_worker(threads: int) -> None:
     """Give each worker process its share of the cores, so OCR and torch threads do not oversubscribe."""
     os.environ["VISION_RAG_THREADS"] = str(threads)
+    quiet_library_noise()
 
 
 def run_document(item: tuple[str, str]) -> DocumentOutcome:

@@ -26,7 +26,13 @@ import pytesseract
 from PIL import Image, ImageFilter
 
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult
-from vision_rag_pipeline.enrichment.preprocess import deskew, for_ocr, run_lengths, scale_for_ocr, sharpen_soft
+from vision_rag_pipeline.enrichment.preprocess import (
+    deskew,
+    for_ocr,
+    run_lengths,
+    scale_for_ocr,
+    sharpen_soft,
+)
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +321,9 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
         crop = crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
         crops.append(crop.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255))  # grey smudges are not ink
     gap = REREAD_TEXT_HEIGHT
-    sheet = Image.new("L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255)
+    sheet = Image.new(
+        "L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255
+    )
     centres, y = [], gap
     for crop in crops:
         sheet.paste(crop, (gap, y))

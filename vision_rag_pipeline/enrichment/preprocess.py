@@ -302,7 +302,11 @@ def sharpen_soft(img: Image.Image, text_height: float | None) -> tuple[Image.Ima
         text_height = None if text_height is None else text_height * scale
     else:
         scale = 1.0
-    return img.filter(ImageFilter.UnsharpMask(radius=2.0 * scale, percent=250, threshold=0)), text_height, True
+    return (
+        img.filter(ImageFilter.UnsharpMask(radius=2.0 * scale, percent=250, threshold=0)),
+        text_height,
+        True,
+    )
 
 
 def estimate_skew(gray: np.ndarray) -> float:
