@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.enrichment.ocr import confidence_level, ocr_image, usable_languages
@@ -106,3 +106,44 @@ def test_missing_languages_are_dropped_with_one_warning(caplog: pytest.LogCaptur
 def test_chinese_is_used_when_asked_and_installed() -> None:
     assert usable_languages(["eng", "chi_sim"]) == ["eng", "chi_sim"]
     assert ocr_image(_text_image(), ["chi_sim", "eng"]).languages == ["chi_sim", "eng"]
+
+
+def _bar_chart() -> Image.Image:
+    """A vertical bar chart as report tools draw it: grid lines, small decimal labels inside the bars."""
+    img = Image.new("RGB", (900, 520), "white")
+    draw = ImageDraw.Draw(img)
+    draw.text((40, 25), "Revenue by region, Q4 2024 ($M)", fill="#222222", font=_font(26))
+    for tick in range(6):
+        y = 450 - tick * 72
+        draw.line([(90, y), (870, y)], fill="#e6e6e6", width=1)
+        draw.text((50, y - 9), str(tick * 20), fill="#888888", font=_font(15))
+    bars = [
+        ("East", 42.8, "#1f4e79"),
+        ("West", 86.8, "#b03a2e"),
+        ("Central", 62.5, "#117a65"),
+        ("South", 74.6, "#6c3483"),
+    ]
+    for i, (region, value, colour) in enumerate(bars):
+        left = 130 + i * 195
+        top = 450 - value * 3.6
+        draw.rectangle([left, top, left + 117, 450], fill=colour)
+        draw.text((left + 30, top + 12), f"{value}", fill="white", font=_font(22))
+        draw.text((left + 35, 460), region, fill="#222222", font=_font(20))
+    return img
+
+
+def test_decimal_value_labels_inside_coloured_bars_keep_their_decimal_point() -> None:
+    words = _words(ocr_image(_bar_chart(), ["eng"]).text)
+    assert {"42.8", "86.8", "62.5", "74.6", "east", "central"} <= words
+
+
+def test_a_crooked_chart_is_levelled_before_it_is_read() -> None:
+    crooked = _bar_chart().rotate(3.5, Image.Resampling.BICUBIC, expand=True, fillcolor="white")
+    assert {"86.8", "62.5", "74.6", "east", "west", "central", "south"} <= _words(
+        ocr_image(crooked, ["eng"]).text
+    )
+
+
+def test_a_blurred_chart_is_sharpened_before_it_is_read() -> None:
+    blurred = _bar_chart().filter(ImageFilter.GaussianBlur(1.4))
+    assert {"42.8", "86.8", "62.5", "74.6"} <= _words(ocr_image(blurred, ["eng"]).text)

@@ -11,15 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from vision_rag_pipeline.enrichment.preprocess import (
     MAX_IMAGE_BYTES,
     ImageError,
+    deskew,
+    edge_sharpness,
     encode_for_vision,
+    estimate_skew,
     for_ocr,
     load_image,
     run_lengths,
+    sharpen_soft,
     svg_text,
 )
 
@@ -204,3 +208,53 @@ def test_run_lengths_match_a_plain_count(mask: np.ndarray) -> None:
     columns = run_lengths(mask, axis=0)
     assert rows.tolist() == [_naive_run_lengths(r) for r in mask.tolist()]
     assert columns.T.tolist() == [_naive_run_lengths(c) for c in mask.T.tolist()]
+
+
+def _report_lines() -> Image.Image:
+    img = Image.new("RGB", (700, 400), "white")
+    draw = ImageDraw.Draw(img)
+    for row in range(6):
+        draw.text(
+            (30, 30 + row * 55),
+            f"Line {row} of the quarterly report: 4,21{row}",
+            fill="black",
+            font=ImageFont.load_default(size=24),
+        )
+    return img
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.floats(min_value=-5.0, max_value=5.0).filter(lambda a: abs(a) >= 1.0))
+def test_the_skew_of_a_crooked_page_is_measured_so_it_can_be_undone(angle: float) -> None:
+    crooked = _report_lines().rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor="white")
+    assert estimate_skew(np.asarray(crooked.convert("L"))) == pytest.approx(-angle, abs=0.5)
+
+
+def test_a_straight_page_is_left_as_it_is() -> None:
+    page = _report_lines()
+    assert deskew(page) == (page, 0.0)
+
+
+def test_deskew_turns_a_coloured_slide_back_and_fills_the_corners_with_its_background() -> None:
+    slide = Image.new("RGB", (600, 300), "#1f4e79")
+    ImageDraw.Draw(slide).text(
+        (40, 120), "Gross margin came in at 73.2%", fill="white", font=ImageFont.load_default(size=30)
+    )
+    upright, angle = deskew(slide.rotate(3.5, Image.Resampling.BICUBIC, expand=True, fillcolor="#1f4e79"))
+    assert angle == pytest.approx(-3.5, abs=0.5)
+    assert upright.getpixel((1, 1)) == (0x1F, 0x4E, 0x79)
+
+
+def test_blurred_images_are_told_from_sharp_ones_and_only_they_are_sharpened() -> None:
+    sharp = _report_lines()
+    blurred = sharp.filter(ImageFilter.GaussianBlur(1.4))
+    assert (
+        edge_sharpness(np.asarray(blurred.convert("L")))
+        < 0.5
+        <= edge_sharpness(np.asarray(sharp.convert("L")))
+    )
+    assert sharpen_soft(sharp, 24.0) == (sharp, 24.0, False)
+    restored, height, done = sharpen_soft(blurred, 24.0)
+    assert done and restored.size == (1400, 800) and height == 48.0
+    back = restored.resize(blurred.size, Image.Resampling.LANCZOS).convert("L")
+    assert edge_sharpness(np.asarray(back)) > edge_sharpness(np.asarray(blurred.convert("L")))

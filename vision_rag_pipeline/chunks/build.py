@@ -177,8 +177,11 @@ def _image_chunks(
             "image": image.url,
         }
         chunks.append(Chunk(chunk_id="", text=result.meta_content, metadata=metadata, **located))
-        heading = " — ".join(part for part in (doc.title, image.caption or image.alt) if part)
-        for part, lines in enumerate(_line_groups(clean_ocr_text(result.ocr.text), IMAGE_EXCERPT_CHARS)):
+        text_lines = [line for line in clean_ocr_text(result.ocr.text).splitlines() if line.strip()]
+        # the image's own first line is its title ("KPI summary, Q3 2024"): every excerpt repeats it
+        title = text_lines[0] if text_lines else ""
+        heading = " — ".join(part for part in (doc.title, image.caption or image.alt, title) if part)
+        for part, lines in enumerate(_line_groups("\n".join(text_lines[1:]), IMAGE_EXCERPT_CHARS)):
             chunks.append(
                 Chunk(
                     chunk_id="",
@@ -190,17 +193,35 @@ def _image_chunks(
     return chunks
 
 
+def _is_statement(line: str) -> bool:
+    """Words and a number on one line: a table row, a bullet, a sentence: one fact, indexed alone."""
+    return (
+        any(c.isdigit() for c in line)
+        and sum(len(word) >= 3 and word.isalpha() for word in line.split()) >= 2
+    )
+
+
+def _continues(previous: str, line: str) -> bool:
+    """A wrapped sentence: the line before stops mid-sentence and this one goes on in lower case."""
+    return bool(previous) and previous[-1] not in ".!?:" and line[0].islower()
+
+
 def _line_groups(text: str, max_chars: int) -> list[str]:
-    """Consecutive OCR lines packed into groups of at most `max_chars` (a longer line stands alone)."""
+    """A line that states something (a table row, a bullet, a sentence) starts its own group;
+    labels and bare numbers (a chart's axis, bars, tiles) and the rest of a wrapped sentence are
+    packed after it in reading order, at most `max_chars` a group, so each value stays next to its
+    labels and no group is a sentence's tail alone."""
     groups: list[str] = []
-    current = ""
+    current, previous = "", ""
     for line in (raw.strip() for raw in text.splitlines()):
         if not line:
             continue
-        if current and len(current) + 3 + len(line) > max_chars:
+        starts = _is_statement(line) and not _continues(previous, line)
+        if current and (starts or len(current) + 3 + len(line) > max_chars):
             groups.append(current)
             current = ""
         current = f"{current} · {line}" if current else line
+        previous = line
     if current:
         groups.append(current)
     return groups

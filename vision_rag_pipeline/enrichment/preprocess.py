@@ -274,7 +274,7 @@ def for_ocr(img: Image.Image, *, keep_colour: bool = False) -> Image.Image:
 SOFT_EDGE_SHARPNESS = 0.5
 MAX_SKEW_DEGREES = 6.0
 MIN_SKEW_DEGREES = 0.4  # below this Tesseract copes and a resampling costs more than it gains
-SKEW_PROBE_SIDE = 600
+SKEW_PROBE_SIDE = 400
 
 
 def edge_sharpness(gray: np.ndarray) -> float:

@@ -1,0 +1,100 @@
+"""Image chunks: the Meta-Content chunk plus short excerpts that each carry one row or one chart."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _line_groups, build_chunks
+from vision_rag_pipeline.config import LoaderConfig, SplitterConfig
+from vision_rag_pipeline.documents.model import Element, LoadedDocument, Location
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, OcrResult
+from vision_rag_pipeline.images.model import ExtractedImage
+
+KPI_TABLE_OCR = """KPI summary, Q3 2023
+Metric Actual Target Status
+Support tickets 33,773 29,004 Watch
+Inventory turnover 6.5x 5.6x On track
+Churn rate 4.4% 3.7% Ahead"""
+
+BAR_CHART_OCR = """Revenue by region, Q4 2024 ($M)
+100
+86.8
+74.6
+East West Central South"""
+
+
+def _document(
+    ocr_texts: list[str],
+) -> tuple[LoadedDocument, list[ExtractedImage], dict[str, EnrichmentResult]]:
+    doc = LoadedDocument(
+        source_path="/reports/tidewell_q3.mhtml",
+        mime="multipart/related",
+        title="Tidewell Software Quarterly Report, Q3 2023",
+        elements=[
+            Element(
+                kind="text",
+                text="This report summarises the quarter.",
+                location=Location(char_span=(0, 35)),
+            )
+        ],
+    )
+    images, enrichments = [], {}
+    for index, text in enumerate(ocr_texts):
+        sha = f"{index:064d}"
+        images.append(
+            ExtractedImage(
+                url=f"cid:image{index}",
+                name=f"image{index}.png",
+                mime="image/png",
+                caption="Key performance indicators against target.",
+                sha256=sha,
+                size=100,
+            )
+        )
+        enrichments[sha] = EnrichmentResult(
+            image_sha256=sha,
+            image_url=f"cid:image{index}",
+            meta_content="<meta>...</meta>",
+            description="KPI table",
+            image_type="Table",
+            ocr=OcrResult(text=text, confidence=90, level="High"),
+        )
+    return doc, images, enrichments
+
+
+def _excerpts(ocr_texts: list[str]) -> list[str]:
+    doc, images, enrichments = _document(ocr_texts)
+    chunks = build_chunks("doc", doc, images, enrichments, set(), LoaderConfig(), SplitterConfig())
+    return [c.text for c in chunks if c.kind == "image" and "image_excerpt" in c.metadata]
+
+
+def test_each_table_row_is_its_own_excerpt_under_the_document_caption_and_table_title() -> None:
+    excerpts = _excerpts([KPI_TABLE_OCR])
+    heading = (
+        "Tidewell Software Quarterly Report, Q3 2023 — Key performance indicators against target. — "
+        "KPI summary, Q3 2023: "
+    )
+    assert heading + "Support tickets 33,773 29,004 Watch" in excerpts
+    assert heading + "Churn rate 4.4% 3.7% Ahead" in excerpts
+    assert all(text.startswith(heading) for text in excerpts)
+
+
+def test_a_charts_labels_and_values_stay_together_in_one_excerpt() -> None:
+    excerpts = _excerpts([BAR_CHART_OCR])
+    assert len(excerpts) == 1
+    assert excerpts[0].endswith(
+        "Revenue by region, Q4 2024 ($M): 100 · 86.8 · 74.6 · East West Central South"
+    )
+
+
+_LINE = st.text(alphabet="abcdefghij ,.%0123456789", min_size=1, max_size=60).filter(lambda s: s.strip())
+
+
+@given(st.lists(_LINE, max_size=30))
+def test_every_line_lands_in_exactly_one_group_in_order_and_groups_stay_short(lines: list[str]) -> None:
+    groups = _line_groups("\n".join(lines), IMAGE_EXCERPT_CHARS)
+    kept = [line.strip() for line in lines if line.strip()]
+    assert " · ".join(groups) == " · ".join(kept)
+    for group in groups:
+        assert len(group) <= IMAGE_EXCERPT_CHARS or group in kept
