@@ -136,6 +136,10 @@ class RetrievalConfig(_Strict):
     candidates: int = Field(50, gt=0)
     ef_search: int = Field(100, gt=0)
     image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
+    # Re-order the best `identifier_rerank_depth` fused hits by how many of the query's names,
+    # quarters (Q1-Q4) and years they contain (0 turns it off): dense search alone ranks the
+    # same report for another quarter or company about as high as the right one.
+    identifier_rerank_depth: int = Field(20, ge=0)
 
 
 class AnswerConfig(_Strict):

@@ -20,7 +20,14 @@ from vision_rag_pipeline.enrichment.service import enrich_document_images
 from vision_rag_pipeline.indexes.lexical import LexicalDoc, open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError
-from vision_rag_pipeline.query.search import Ranking, rrf_fuse, search, weighted_fuse
+from vision_rag_pipeline.query.search import (
+    Ranking,
+    query_identifiers,
+    rerank_by_identifiers,
+    rrf_fuse,
+    search,
+    weighted_fuse,
+)
 
 SAMPLE_PDF = (
     Path(__file__).resolve().parents[1]
@@ -203,3 +210,17 @@ def test_an_unreadable_query_image_is_a_clear_error(tmp_path: Path) -> None:
         search(image=bad)
     with pytest.raises(QueryImageError, match="missing.png: cannot read"):
         search(image=tmp_path / "missing.png")
+
+
+def test_identifier_rerank_prefers_the_right_quarter_and_company() -> None:
+    texts = {
+        "q2": "Tidewell Software Quarterly Report, Q2 2023: Support tickets 31,200",
+        "other": "Northwind Quarterly Report, Q3 2023: Support tickets 12,000",
+        "q3": "Tidewell Software Quarterly Report, Q3 2023: Support tickets 33,773",
+    }
+    question = "How many help-desk requests came in at Tidewell Software's desk during Q3 2023?"
+    assert query_identifiers(question) == {"tidewell", "software", "q3", "2023"}
+    assert rerank_by_identifiers(question, ["q2", "other", "q3"], texts) == ["q3", "q2", "other"]
+    assert rerank_by_identifiers("how many tickets?", ["q2", "q3"], texts) == ["q2", "q3"], (
+        "no identifiers: order kept"
+    )

@@ -8,6 +8,7 @@ several of them is one hit with the combined score.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +23,7 @@ from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.config import RagConfig, RetrievalConfig, load_config
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
-from vision_rag_pipeline.indexes.lexical import open_lexical_index
+from vision_rag_pipeline.indexes.lexical import ENGLISH_STOP_WORDS, open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.indexes.postgres import connect
 from vision_rag_pipeline.query.image_query import describe_query_image
@@ -225,9 +226,59 @@ def search_queries(
             rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
-    chunks = store.fetch(ranked[: k * 2])  # a lexical entry may outlive its Postgres row briefly
-    best = [cid for cid in ranked[: k * 2] if cid in chunks][:k]
-    return [_hit(chunks[cid], fused[cid]) for cid in best]
+    depth = max(k, retrieval.identifier_rerank_depth)
+    chunks = store.fetch(ranked[: depth * 2])  # a lexical entry may outlive its Postgres row briefly
+    best = [cid for cid in ranked[: depth * 2] if cid in chunks][:depth]
+    if retrieval.identifier_rerank_depth:
+        best = rerank_by_identifiers(queries[0][0], best, {cid: chunks[cid].text for cid in best})
+    return [_hit(chunks[cid], fused[cid]) for cid in best[:k]]
+
+
+_IDENTIFIER = re.compile(r"\b(?:[A-Z][\w&'-]*[a-z][\w&'-]*|Q[1-4]|(?:19|20)\d\d)\b")
+_WORD = re.compile(r"[\w&'’-]+")
+_QUESTION_WORDS = frozenset(
+    [
+        "how",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "according",
+        "did",
+        "does",
+        "do",
+        "was",
+        "were",
+        "is",
+        "are",
+    ]
+)
+
+
+def query_identifiers(query: str) -> set[str]:
+    """Names, quarters and years in a query: the words that tell one report from its siblings."""
+    tokens = {_normalized(token) for token in _IDENTIFIER.findall(query)}
+    return tokens - ENGLISH_STOP_WORDS - _QUESTION_WORDS
+
+
+def _normalized(token: str) -> str:
+    return token.lower().removesuffix("'s").removesuffix("’s")
+
+
+def rerank_by_identifiers(query: str, chunk_ids: list[str], texts: dict[str, str]) -> list[str]:
+    """Stable re-order: chunks carrying more of the query's identifiers first, fused order within ties."""
+    wanted = query_identifiers(query)
+    if not wanted:
+        return chunk_ids
+
+    def carried(chunk_id: str) -> int:
+        return len(wanted & {_normalized(word) for word in _WORD.findall(texts[chunk_id])})
+
+    return sorted(chunk_ids, key=lambda chunk_id: -carried(chunk_id))
 
 
 def search(
