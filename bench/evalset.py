@@ -848,18 +848,26 @@ def _axis_max(values: list[float]) -> tuple[float, float]:
     return float(step * -(-top // step)), float(step)
 
 
-def render_bar_chart(params: dict) -> Image.Image:
-    img = Image.new("RGB", (900, 520), "white")
-    draw = ImageDraw.Draw(img)
-    draw.text((40, 22), params["title"], fill="#222222", font=font(28))
-    left, right, top, bottom = 90, 870, 90, 450
-    axis_top, step = _axis_max(params["values"])
+def _value_axis(
+    draw: ImageDraw.ImageDraw, values: list[float], left: int, right: int, top: int, bottom: int
+) -> float:
+    """Grid lines and tick labels of a chart's value axis; returns the axis maximum."""
+    axis_top, step = _axis_max(values)
     tick = 0.0
     while tick <= axis_top:
         y = bottom - (bottom - top) * tick / axis_top
         draw.line((left, y, right, y), fill="#e6e6e6", width=1)
         draw.text((left - 12, y), f"{int(tick)}", anchor="rm", fill="#888888", font=font(16))
         tick += step
+    return axis_top
+
+
+def render_bar_chart(params: dict) -> Image.Image:
+    img = Image.new("RGB", (900, 520), "white")
+    draw = ImageDraw.Draw(img)
+    draw.text((40, 22), params["title"], fill="#222222", font=font(28))
+    left, right, top, bottom = 90, 870, 90, 450
+    axis_top = _value_axis(draw, params["values"], left, right, top, bottom)
     draw.line((left, bottom, right, bottom), fill="#444444", width=2)
     slot = (right - left) / len(params["values"])
     for index, (category, value, label) in enumerate(
@@ -881,13 +889,7 @@ def render_line_chart(params: dict) -> Image.Image:
     draw = ImageDraw.Draw(img)
     draw.text((40, 22), params["title"], fill="#222222", font=font(28))
     left, right, top, bottom = 90, 860, 110, 450
-    axis_top, step = _axis_max(params["values"])
-    tick = 0.0
-    while tick <= axis_top:
-        y = bottom - (bottom - top) * tick / axis_top
-        draw.line((left, y, right, y), fill="#e6e6e6", width=1)
-        draw.text((left - 12, y), f"{int(tick)}", anchor="rm", fill="#888888", font=font(16))
-        tick += step
+    axis_top = _value_axis(draw, params["values"], left, right, top, bottom)
     count = len(params["values"])
     points = [
         (left + 60 + (right - left - 120) * i / max(1, count - 1), bottom - (bottom - top) * v / axis_top)
