@@ -11,7 +11,7 @@ import numpy as np
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
-from vision_rag_pipeline.indexes.pgvector_store import chunk_counts_by_document, indexed_document_ids
+from vision_rag_pipeline.indexes.pgvector_store import chunk_count, indexed_document_ids
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
 
@@ -100,7 +100,7 @@ def _row_count_result(index_rows: int, chunks: int) -> dg.AssetCheckResult:
 def pgvector_rows_match_chunks(
     context: dg.AssetCheckExecutionContext, document_chunks: list[Chunk], index_db: IndexDatabase
 ) -> dg.AssetCheckResult:
-    rows = chunk_counts_by_document(index_db.database_url()).get(context.partition_key, 0)
+    rows = chunk_count(context.partition_key, index_db.database_url())
     return _row_count_result(rows, len(document_chunks))
 
 

@@ -160,12 +160,7 @@ class PgVectorStore:
         return delete_document_rows(document_id, self.url)
 
     def count(self, document_id: str | None = None) -> int:
-        with connect(self.url) as conn:
-            if document_id is None:
-                return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            return conn.execute(
-                "SELECT count(*) FROM chunks WHERE document_id = %s", (document_id,)
-            ).fetchone()[0]
+        return chunk_count(document_id, self.url)
 
     def search(
         self,
@@ -212,13 +207,16 @@ def delete_document_rows(document_id: str, url: str | None = None) -> int:
     return deleted
 
 
-def chunk_counts_by_document(url: str | None = None) -> dict[str, int]:
-    """Chunk rows per document id, for the index checks."""
+def chunk_count(document_id: str | None = None, url: str | None = None) -> int:
+    """Chunk rows of one document (uses the document_id index), or of all; 0 before the first."""
     with connect(url) as conn:
         if not _tables_exist(conn):
-            return {}
-        rows = conn.execute("SELECT document_id, count(*) FROM chunks GROUP BY document_id").fetchall()
-    return dict(rows)
+            return 0
+        if document_id is None:
+            return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        return conn.execute("SELECT count(*) FROM chunks WHERE document_id = %s", (document_id,)).fetchone()[
+            0
+        ]
 
 
 def indexed_document_ids(url: str | None = None) -> set[str]:
