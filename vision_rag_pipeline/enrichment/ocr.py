@@ -204,7 +204,9 @@ def _run_tesseract(gray: Image.Image, psm: int, languages: list[str]) -> list[_L
         engine.SetPageSegMode(psm)
         engine.SetImage(gray)
         if not engine.Recognize(timeout=round(PASS_TIMEOUT_SECONDS * 1000)):
-            log.warning("Tesseract pass psm %d gave up (timeout %.0f s); pass skipped", psm, PASS_TIMEOUT_SECONDS)
+            log.warning(
+                "Tesseract pass psm %d gave up (timeout %.0f s); pass skipped", psm, PASS_TIMEOUT_SECONDS
+            )
             return []
         return _parse_tsv(engine.GetTSVText(0))
 
