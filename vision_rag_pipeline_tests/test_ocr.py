@@ -147,3 +147,38 @@ def test_a_crooked_chart_is_levelled_before_it_is_read() -> None:
 def test_a_blurred_chart_is_sharpened_before_it_is_read() -> None:
     blurred = _bar_chart().filter(ImageFilter.GaussianBlur(1.4))
     assert {"42.8", "86.8", "62.5", "74.6"} <= _words(ocr_image(blurred, ["eng"]).text)
+
+
+def _number_page(text: str, blur: float = 0.0) -> tuple[Image.Image, ocr._Word]:
+    """A number drawn 40 px tall on a white page, and the word box Tesseract would give it."""
+    page = Image.new("L", (400, 120), 255)
+    draw = ImageDraw.Draw(page)
+    draw.text((40, 30), text, fill=0, font=_font(48))
+    left, top, right, bottom = draw.textbbox((40, 30), text, font=_font(48))
+    if blur:
+        page = page.filter(ImageFilter.GaussianBlur(blur))
+    return page, ocr._Word(text, 90.0, left, top, right - left, bottom - top)
+
+
+def test_a_rereading_never_drops_a_decimal_point_the_first_reading_had() -> None:
+    first = ocr._Word("48.5", 95.0, 0, 0, 60, 20)
+    assert ocr._surest_number(first, [("485", 99.0)]) is None
+    assert ocr._surest_number(ocr._Word("745", 93.0, 0, 0, 60, 20), [("745", 95.0), ("74.5", 70.0)]) == (
+        "74.5",
+        70.0,
+    )
+
+
+@pytest.mark.parametrize(("drawn", "read_as"), [("74.5", "745"), ("33,773", "33773"), ("$430.05", "$43005")])
+def test_a_faint_separator_tesseract_read_past_is_restored_from_its_shape(drawn: str, read_as: str) -> None:
+    page, box = _number_page(drawn, blur=1.2)
+    assert (
+        ocr._with_lost_separator(page, ocr._Word(read_as, box.conf, box.left, box.top, box.width, box.height))
+        == drawn
+    )
+
+
+def test_two_numbers_read_as_one_word_get_no_invented_point() -> None:
+    page, box = _number_page("335.7   350")
+    word = ocr._Word("3357350", box.conf, box.left, box.top, box.width, box.height)
+    assert ocr._with_lost_separator(page, word) is None

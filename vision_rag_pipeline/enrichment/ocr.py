@@ -33,6 +33,7 @@ import numpy as np
 import pytesseract
 import tesserocr
 from PIL import Image, ImageChops, ImageFilter
+from scipy import ndimage
 
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult
 from vision_rag_pipeline.enrichment.preprocess import (
@@ -56,6 +57,7 @@ PROBE_MAX_SIDE = 1000
 REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
 REREAD_MAX_SCALE = 4.0
+DOT_INK_LEVEL = 160  # of 255 on the ink page: a blurred point is grey, not black
 REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey fringe of a bar is not ink
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
@@ -327,13 +329,113 @@ def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
 
 
+def _separators(text: str) -> int:
+    """Decimal points and thousands separators between digits: what small print loses first."""
+    return len(re.findall(r"(?<=\d)[.,](?=\d)", text))
+
+
+def _surest_number(old: _Word, rereadings: list[tuple[str, float]]) -> tuple[str, float] | None:
+    """The re-reading that should replace `old`, if any.
+
+    Same digits: the one that restores the most separators ("74.6" for "746"), never one that
+    drops a separator the first reading had. Other digits: only one that is much surer.
+    """
+    restored = [
+        (text, conf)
+        for text, conf in rereadings
+        if _digits(text) == _digits(old.text) and _separators(text) > _separators(old.text)
+    ]
+    if restored:
+        return max(restored, key=lambda reading: (_separators(reading[0]), reading[1]))
+    surer = [
+        (text, conf)
+        for text, conf in rereadings
+        if _digits(text) != _digits(old.text)
+        and conf > old.conf + 10
+        and _separators(text) >= _separators(old.text)
+    ]
+    return max(surer, key=lambda reading: reading[1]) if surer else None
+
+
+def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
+    """The number with the decimal point or thousands comma Tesseract dropped, found by shape.
+
+    Blur and JPEG turn a point into a faint blob that Tesseract reads past ("745" for 74.5) even
+    enlarged. On the page it is still there: a blob far smaller than a digit, on the baseline, in
+    the gap between two digits (a comma reaches below the baseline). Only a word whose every
+    digit is a separate blob is trusted; None when the shape says nothing.
+    """
+    prefix = len(word.text) - len(word.text.lstrip("$€£"))
+    digits = word.text[prefix:].rstrip("%")
+    if not digits.isdigit() or len(digits) < 3:
+        return None
+    box = np.asarray(
+        page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
+    )
+    labels, _ = ndimage.label(box < DOT_INK_LEVEL, structure=np.ones((3, 3)))
+    blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in ndimage.find_objects(labels)]
+    height = word.height
+    glyphs = sorted(b for b in blobs if b[3] - b[2] >= 0.5 * height)
+    if len(glyphs) < prefix + len(digits):
+        return None
+    glyphs = glyphs[prefix : prefix + len(digits)]
+    if any(glyphs[i][1] > glyphs[i + 1][0] + 1 for i in range(len(glyphs) - 1)):
+        return None  # touching digits: the gaps cannot be trusted
+    baseline = float(np.median([g[3] for g in glyphs]))
+    marks = []
+    for left, right, top, bottom in blobs:
+        small = right - left <= 0.3 * height and bottom - top <= 0.45 * height
+        low = top >= baseline - 0.35 * height and bottom >= baseline - 0.1 * height
+        gap = next(
+            (
+                i
+                for i in range(len(glyphs) - 1)
+                if glyphs[i][1] - 1 <= (left + right) / 2 <= glyphs[i + 1][0] + 1
+            ),
+            None,
+        )
+        if small and low and gap is not None and (right - left) * (bottom - top) >= 4:
+            comma = bottom > baseline + 0.12 * height
+            marks.append((gap, "," if comma else "."))
+    if len(marks) != 1:
+        return None
+    gap, mark = marks[0]
+    if any(glyphs[i + 1][0] - glyphs[i][1] > 0.4 * height for i in range(len(glyphs) - 1) if i != gap):
+        return None  # a wide gap elsewhere: two numbers read as one word
+    return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
+
+
+def _read_sheet(crops: list[Image.Image], languages: list[str]) -> dict[int, tuple[str, float]]:
+    """Read word crops stacked on one sheet, one per line (one Tesseract read): {crop index: (text, conf)}."""
+    gap = REREAD_TEXT_HEIGHT
+    sheet = Image.new(
+        "L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255
+    )
+    spans, y = [], gap
+    for crop in crops:
+        sheet.paste(crop, (gap, y))
+        spans.append((y, y + crop.height))
+        y += crop.height + gap
+    found: dict[int, list[_Word]] = {}
+    for line in _run_tesseract(sheet, 6, languages):
+        middle = line.top + max(w.height for w in line.words) / 2
+        for slot, (start, end) in enumerate(spans):
+            if start - gap / 2 <= middle < end + gap / 2:
+                found.setdefault(slot, []).extend(line.words)
+    return {
+        slot: ("".join(w.text for w in sorted(words, key=lambda w: w.left)), min(w.conf for w in words))
+        for slot, words in found.items()
+    }
+
+
 def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]) -> None:
-    """Read every number again, enlarged, each on its own line of one sheet (one Tesseract run).
+    """Read every number again, enlarged, each on its own line of a sheet, twice.
 
     At chart and table sizes Tesseract drops or misreads the decimal point of a number more
     often than any letter ("746" for 74.6, "86:8" for 86.8). A word box holding only that number,
-    enlarged so digits are 40 px tall, is read reliably. The re-reading replaces the first one
-    only when it has the same digits (it restores separators, never invents digits) or is surer.
+    enlarged so digits are 40 px tall, is read reliably: once as it is, once with grey smudges
+    (a bar's fringe) cleared, since either can hide a faint point. A re-reading replaces the first
+    reading only by `_surest_number`'s rules.
     """
     seen: dict[tuple[int, int, int, int], list[tuple[_Line, int]]] = {}
     for reading in passes:
@@ -351,30 +453,20 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
         pad = max(3, height // 3)
         crop = page.crop((left - pad, top - pad, left + width + pad, top + height + pad))
         scale = min(REREAD_MAX_SCALE, max(1.0, REREAD_TEXT_HEIGHT / max(height, 1)))
-        crop = crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
-        crops.append(crop.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255))  # grey smudges are not ink
-    gap = REREAD_TEXT_HEIGHT
-    sheet = Image.new(
-        "L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255
-    )
-    spans, y = [], gap
-    for crop in crops:
-        sheet.paste(crop, (gap, y))
-        spans.append((y, y + crop.height))
-        y += crop.height + gap
-    found: dict[int, list[_Word]] = {}
-    for line in _run_tesseract(sheet, 6, languages):
-        middle = line.top + max(w.height for w in line.words) / 2
-        for slot, (start, end) in enumerate(spans):
-            if start - gap / 2 <= middle < end + gap / 2:
-                found.setdefault(slot, []).extend(line.words)
-    for slot, words in found.items():
-        text = "".join(w.text for w in sorted(words, key=lambda w: w.left))
-        conf = min(w.conf for w in words)
-        for line, index in seen[boxes[slot]]:
+        crops.append(
+            crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
+        )
+    as_is = _read_sheet(crops, languages)
+    cleared = _read_sheet([c.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255) for c in crops], languages)
+    for slot, box in enumerate(boxes):
+        rereadings = [reading[slot] for reading in (as_is, cleared) if slot in reading]
+        for line, index in seen[box]:
             old = line.words[index]
-            if text != old.text and (_digits(text) == _digits(old.text) or conf > old.conf + 10):
-                line.words[index] = replace(old, text=text, conf=max(conf, old.conf))
+            surest = _surest_number(old, rereadings)
+            if surest is None and (shaped := _with_lost_separator(page, old)):
+                surest = (shaped, old.conf)  # the shape is the last resort: Tesseract's readings come first
+            if surest:
+                line.words[index] = replace(old, text=surest[0], conf=max(surest[1], old.conf))
 
 
 def _tokens(text: str) -> set[str]:
