@@ -182,3 +182,18 @@ def test_two_numbers_read_as_one_word_get_no_invented_point() -> None:
     page, box = _number_page("335.7   350")
     word = ocr._Word("3357350", box.conf, box.left, box.top, box.width, box.height)
     assert ocr._with_lost_separator(page, word) is None
+
+
+def test_a_word_tesseract_left_unscored_is_kept_only_beside_a_sure_word_and_when_it_looks_real() -> None:
+    row = "5\t1\t1\t1\t{line}\t{n}\t{left}\t10\t50\t20\t{conf}\t{text}"
+    tsv = "\n".join(
+        [
+            row.format(line=1, n=1, left=10, conf=0.0, text="1,611"),
+            row.format(line=1, n=2, left=70, conf=0.0, text="invoices"),
+            row.format(line=1, n=3, left=130, conf=95.3, text="need"),
+            row.format(line=1, n=4, left=190, conf=0.0, text="1¢0;932"),
+            row.format(line=2, n=1, left=10, conf=0.0, text="Details"),
+        ]
+    )
+    (line,) = ocr._parse_tsv(tsv)
+    assert line.text == "1,611 invoices need"

@@ -62,6 +62,7 @@ REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey frin
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
+_PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?)[.,:;]?$")
 
 
 class OcrError(RuntimeError):
@@ -82,6 +83,7 @@ class _Word:
 class _Line:
     words: list[_Word]
     order: int  # position in the pass's reading order
+    unscored: int = 0  # words Tesseract scored 0 but that read as plain words or numbers
 
     @property
     def text(self) -> str:
@@ -214,6 +216,12 @@ def _run_tesseract(gray: Image.Image, psm: int, languages: list[str]) -> list[_L
 
 
 def _parse_tsv(tsv: str) -> list[_Line]:
+    """Tesseract's words grouped by line; unsure words dropped, unscored ones kept when they look real.
+
+    Tesseract 5 sometimes scores a correctly read word 0 ("1,611 invoices" in a line whose other
+    words score 95). A 0-scored word is kept, at medium confidence, when it is a plain word or
+    number and Tesseract was sure of another word on the same line.
+    """
     lines: dict[tuple[str, str, str], _Line] = {}
     for row in tsv.splitlines():
         cells = row.split("\t")
@@ -221,14 +229,16 @@ def _parse_tsv(tsv: str) -> list[_Line]:
             continue
         text = cells[11].strip()
         conf = float(cells[10])
-        if not text or conf < WORD_MIN_CONFIDENCE or not _TOKEN.search(text):
+        unscored = conf == 0 and bool(_PLAIN_WORD.match(text))
+        if not text or (conf < WORD_MIN_CONFIDENCE and not unscored) or not _TOKEN.search(text):
             continue
-        word = _Word(text, conf, int(cells[6]), int(cells[7]), int(cells[8]), int(cells[9]))
+        word = _Word(text, MEDIUM_CONFIDENCE if unscored else conf, *(int(c) for c in cells[6:10]))
         key = (cells[2], cells[3], cells[4])
         if key not in lines:
             lines[key] = _Line([], len(lines))
         lines[key].words.append(word)
-    return [line for line in lines.values() if not _is_debris(line)]
+        lines[key].unscored += unscored
+    return [line for line in lines.values() if len(line.words) > line.unscored and not _is_debris(line)]
 
 
 def _is_debris(line: _Line) -> bool:
