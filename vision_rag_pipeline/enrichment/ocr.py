@@ -540,6 +540,13 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     first = passes[0]
     if first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO:
         passes.append(_Pass("sparse", 0, _run_tesseract(page, 11, langs)))
+        read = [line for reading in passes for line in reading.lines]
+        if (
+            _unread_ink_ratio(page, read) > UNREAD_INK_RATIO
+        ):  # labels beside chart lines: try the other layout
+            passes.append(
+                _Pass("layout" if removed else "rows", 0, _run_tesseract(page, 3 if removed else 6, langs))
+            )
     best = max(passes, key=lambda p: p.score)
     rotations: list[int] = []
     if best.mean_conf < HIGH_CONFIDENCE and _looks_vertical(page):
