@@ -7,7 +7,7 @@ ruling lines removed) and read by a few page-segmentation modes; every line any 
 the others missed is kept. Crooked images are levelled first and blurred ones upscaled and
 sharpened (both lose whole rows otherwise), and every number is read a second time, enlarged, in
 one sheet: at chart sizes Tesseract drops decimal points ("746" for 74.6) more than anything else.
-At most four Tesseract reads per image plus the re-read, each single-threaded: parallelism comes
+At most five Tesseract reads per image plus the re-read, each single-threaded: parallelism comes
 from reading several images on threads (the engine releases the GIL while it reads).
 
 Tesseract runs in-process through its C API (tesserocr), each engine keeping its language model
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
-MAX_PASSES = 4
+MAX_PASSES = 5
 PASS_TIMEOUT_SECONDS = 60.0
 WORD_MIN_CONFIDENCE = 30.0  # below this Tesseract is mostly reading texture, not letters
 EXTRA_LINE_MIN_CONFIDENCE = 60.0  # a line a secondary pass adds must be this sure
@@ -520,12 +520,12 @@ def _result(lines: list[_Line], languages: list[str]) -> OcrResult:
 
 
 def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
-    """Read every line of text in the image (at most `MAX_PASSES` Tesseract runs plus one re-read).
+    """Read every line of text in the image (at most `MAX_PASSES` Tesseract reads plus two re-read sheets).
 
     The image is levelled (`deskew`) and, when blurred, upscaled and sharpened first. Pass 1
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
-    A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure; when the
-    best reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
+    A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure, and the
+    other layout mode when ink is still unread (point labels beside a chart's line); when the best reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
     vertically) or by 180 degrees (reading is poor). Finally the numbers are re-read, enlarged.
     """
     langs = usable_languages(languages or ["eng"])
