@@ -197,3 +197,9 @@ def test_a_word_tesseract_left_unscored_is_kept_only_beside_a_sure_word_and_when
     )
     (line,) = ocr._parse_tsv(tsv)
     assert line.text == "1,611 invoices need"
+
+
+def test_a_comma_before_one_or_two_digits_is_replaced_by_the_point_a_rereading_saw() -> None:
+    first = ocr._Word("81,8", 93.0, 0, 0, 60, 20)
+    assert ocr._surest_number(first, [("81.8", 82.0)]) == ("81.8", 82.0)
+    assert ocr._surest_number(ocr._Word("33,773", 93.0, 0, 0, 60, 20), [("33.773", 95.0)]) is None

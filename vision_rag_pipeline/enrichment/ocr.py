@@ -62,6 +62,7 @@ REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey frin
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
+_LOOSE_DECIMAL_COMMA = re.compile(r"(\d),(\d{1,2})(?!\d)")
 _PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?)[.,:;]?$")
 
 
@@ -340,8 +341,11 @@ def _digits(text: str) -> str:
 
 
 def _separators(text: str) -> int:
-    """Decimal points and thousands separators between digits: what small print loses first."""
-    return len(re.findall(r"(?<=\d)[.,](?=\d)", text))
+    """Decimal points and thousands commas between digits: what small print loses first.
+
+    A comma before one or two digits ("81,8") is a misread point and does not count.
+    """
+    return len(re.findall(r"(?<=\d)(?:\.(?=\d)|,(?=\d{3}(?!\d)))", text))
 
 
 def _surest_number(old: _Word, rereadings: list[tuple[str, float]]) -> tuple[str, float] | None:
@@ -376,8 +380,8 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     digit is a separate blob is trusted; None when the shape says nothing.
     """
     prefix = len(word.text) - len(word.text.lstrip("$€£"))
-    digits = word.text[prefix:].rstrip("%")
-    if not digits.isdigit() or len(digits) < 3:
+    digits = word.text[prefix:].rstrip("%xXMK")
+    if not digits.isdigit() or len(digits) < 2:
         return None
     box = np.asarray(
         page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
@@ -405,7 +409,7 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
             None,
         )
         if small and low and gap is not None and (right - left) * (bottom - top) >= 4:
-            comma = bottom > baseline + 0.12 * height
+            comma = bottom > baseline + 0.12 * height and len(digits) - gap - 1 == 3  # "1,611", never "81,8"
             marks.append((gap, "," if comma else "."))
     if len(marks) != 1:
         return None
@@ -432,8 +436,12 @@ def _read_sheet(crops: list[Image.Image], languages: list[str]) -> dict[int, tup
         for slot, (start, end) in enumerate(spans):
             if start - gap / 2 <= middle < end + gap / 2:
                 found.setdefault(slot, []).extend(line.words)
+    # enlarged, a blurred point often reads as a comma; a comma before one or two digits is a point
     return {
-        slot: ("".join(w.text for w in sorted(words, key=lambda w: w.left)), min(w.conf for w in words))
+        slot: (
+            _LOOSE_DECIMAL_COMMA.sub(r"\1.\2", "".join(w.text for w in sorted(words, key=lambda w: w.left))),
+            min(w.conf for w in words),
+        )
         for slot, words in found.items()
     }
 
@@ -453,7 +461,7 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
             continue
         for line in reading.lines:
             for index, word in enumerate(line.words):
-                if len(_digits(word.text)) >= 3 and not any(c.isalpha() for c in word.text.strip("xXMK%$")):
+                if len(_digits(word.text)) >= 2 and not any(c.isalpha() for c in word.text.strip("xXMK%$")):
                     seen.setdefault((word.left, word.top, word.width, word.height), []).append((line, index))
     boxes = list(seen)[:REREAD_MAX_WORDS]
     if not boxes:
