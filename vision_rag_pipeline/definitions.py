@@ -21,8 +21,9 @@ from vision_rag_pipeline.enrichment.versioning import (
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.assets import extracted_images
 from vision_rag_pipeline.indexes.assets import lexical_index, pgvector_index
-from vision_rag_pipeline.indexes.checks import INDEX_CHECKS
+from vision_rag_pipeline.indexes.checks import audit_after_index_changes, audit_indexes_job, no_orphan_rows
 from vision_rag_pipeline.indexes.schedules import reindex_job, reindex_schedule
+from vision_rag_pipeline.io_manager import PickledAssetIOManager
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 
@@ -60,16 +61,19 @@ ALL_ASSETS = dg.map_asset_specs(
     ],
 )
 
+# The per-document checks run inside their assets; the index-wide orphan check has its own job.
+_PER_DOCUMENT = dg.AssetSelection.all() - dg.AssetSelection.checks(no_orphan_rows)
+
 ingest_document_job = dg.define_asset_job(
     "ingest_document",
-    selection=dg.AssetSelection.all(),
+    selection=_PER_DOCUMENT,
     partitions_def=documents_partitions,
     description="Load, enrich, chunk, embed and index one document (one partition).",
 )
 
 reenrich_job = dg.define_asset_job(
     "reenrich",
-    selection=dg.AssetSelection.assets("image_enrichments").downstream(),
+    selection=dg.AssetSelection.assets("image_enrichments").downstream() & _PER_DOCUMENT,
     partitions_def=documents_partitions,
     description="Re-enrich images and rebuild chunks, embeddings and index rows of the selected partitions "
     "(after a prompt or model change); raw documents and image extraction are not re-run.",
@@ -77,11 +81,12 @@ reenrich_job = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=ALL_ASSETS,
-    asset_checks=INDEX_CHECKS,
-    jobs=[ingest_document_job, reenrich_job, remove_document_job, reindex_job],
-    sensors=[inbox_sensor, version_sensor],
+    asset_checks=[no_orphan_rows],
+    jobs=[ingest_document_job, reenrich_job, remove_document_job, reindex_job, audit_indexes_job],
+    sensors=[inbox_sensor, version_sensor, audit_after_index_changes],
     schedules=[reindex_schedule],
     resources={
+        "io_manager": PickledAssetIOManager(),
         "index_db": IndexDatabase(),
         "lexical": LexicalIndexResource(),
         "rag_config": RagConfigResource(),

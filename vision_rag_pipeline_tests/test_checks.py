@@ -6,13 +6,19 @@ import pytest
 
 from vision_rag_pipeline.chunks.annotations import annotation
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.definitions import defs
 from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
+from vision_rag_pipeline.enrichment.service import EnrichmentBatch
+from vision_rag_pipeline.indexes.assets import pgvector_index
 from vision_rag_pipeline.indexes.checks import (
+    ANNOTATIONS_WHOLE,
+    EVERY_CHUNK_EMBEDDED,
+    PGVECTOR_ROWS_MATCH_CHUNKS,
     annotations_whole,
     broken_annotation_offsets,
     every_chunk_embedded,
     no_orphan_rows,
-    pgvector_rows_match_chunks,
+    rows_match_chunks,
 )
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.partitions import documents_partitions
@@ -48,28 +54,43 @@ def test_whole_annotations_pass_and_cut_ones_are_found():
 
 
 def run(instance, chunks: list[Chunk], vectors: np.ndarray):
-    """document_chunks → chunk_embeddings → pgvector_index stand-ins with the real checks attached."""
+    """document_chunks → chunk_embeddings → pgvector_index stand-ins carrying the real checks."""
     downstream_ran = []
 
-    @dg.asset(name="document_chunks", partitions_def=documents_partitions)
-    def fake_chunks() -> list[Chunk]:
-        return chunks
+    @dg.asset(
+        name="document_chunks",
+        partitions_def=documents_partitions,
+        dagster_type=list[Chunk],
+        check_specs=[ANNOTATIONS_WHOLE],
+    )
+    def fake_chunks() -> dg.MaterializeResult:
+        return dg.MaterializeResult(value=chunks, check_results=[annotations_whole(chunks)])
 
-    @dg.asset(name="chunk_embeddings", partitions_def=documents_partitions, deps=["document_chunks"])
-    def fake_embeddings() -> ChunkEmbeddings:
-        return ChunkEmbeddings(model="test", dim=DIM, vectors=vectors)
+    @dg.asset(
+        name="chunk_embeddings",
+        partitions_def=documents_partitions,
+        deps=["document_chunks"],
+        dagster_type=ChunkEmbeddings,
+        check_specs=[EVERY_CHUNK_EMBEDDED],
+    )
+    def fake_embeddings() -> dg.MaterializeResult:
+        return dg.MaterializeResult(
+            value=ChunkEmbeddings(model="test", dim=DIM, vectors=vectors),
+            check_results=[every_chunk_embedded(chunks, vectors, DIM)],
+        )
 
     @dg.asset(name="pgvector_index", partitions_def=documents_partitions, deps=["chunk_embeddings"])
     def fake_index() -> None:
         downstream_ran.append(True)
 
     result = dg.materialize(
-        [fake_chunks, fake_embeddings, fake_index, annotations_whole, every_chunk_embedded],
+        [fake_chunks, fake_embeddings, fake_index],
         partition_key="doc-a",
         instance=instance,
         raise_on_error=False,
     )
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert all(e.partition == "doc-a" for e in result.get_asset_check_evaluations())
     return checks, bool(downstream_ran)
 
 
@@ -99,32 +120,49 @@ def test_missing_or_broken_vectors_block_indexing(instance):
     assert checks["every_chunk_embedded"] is False and not downstream_ran
 
 
-def index_run(instance, chunks: list[Chunk], written: list[Chunk]):
-    """A pgvector_index stand-in that writes `written` while the chunks asset holds `chunks`."""
+def test_ingest_runs_the_document_checks_inside_their_assets_and_not_the_orphan_check():
+    ingest = defs.resolve_job_def("ingest_document")
+    assert sorted(node.name for node in ingest.graph.nodes) == sorted(
+        key.to_user_string() for key in ingest.asset_layer.executable_asset_keys
+    ), "one step per asset: no separate check steps"
+    specs = {spec.name: spec for asset in defs.assets for spec in asset.check_specs}
+    assert {name for name, spec in specs.items() if spec.blocking} == {
+        "annotations_whole",
+        "every_chunk_embedded",
+    }
+    assert {"pgvector_rows_match_chunks", "lexical_rows_match_chunks"} <= specs.keys()
+    audit = defs.resolve_job_def("audit_indexes")
+    assert [node.name for node in audit.graph.nodes] == ["lexical_index_no_orphan_rows"]
+
+
+def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url):
+    chunks = [chunk("doc-a", i, f"text {i}") for i in range(3)]
 
     @dg.asset(name="document_chunks", partitions_def=documents_partitions)
     def fake_chunks() -> list[Chunk]:
         return chunks
 
-    @dg.asset(name="pgvector_index", partitions_def=documents_partitions, deps=["document_chunks"])
-    def fake_index() -> None:
-        PgVectorStore(DIM).replace_document("doc-a", written, unit_vectors(len(written)))
+    @dg.asset(name="chunk_embeddings", partitions_def=documents_partitions)
+    def fake_embeddings() -> ChunkEmbeddings:
+        return ChunkEmbeddings(model="test", dim=DIM, vectors=unit_vectors(3))
+
+    @dg.asset(name="image_enrichments", partitions_def=documents_partitions)
+    def fake_enrichments() -> EnrichmentBatch:
+        return EnrichmentBatch()
 
     result = dg.materialize(
-        [fake_chunks, fake_index, pgvector_rows_match_chunks],
+        [fake_chunks, fake_embeddings, fake_enrichments, pgvector_index],
         partition_key="doc-a",
         instance=instance,
         resources={"index_db": IndexDatabase()},
     )
     [evaluation] = result.get_asset_check_evaluations()
-    return evaluation
+    assert evaluation.check_name == PGVECTOR_ROWS_MATCH_CHUNKS.name and evaluation.passed
+    assert evaluation.metadata["index_rows"].value == 3 == PgVectorStore(DIM).count("doc-a")
 
-
-def test_pgvector_row_count_must_equal_chunk_count(instance, pg_url):
-    chunks = [chunk("doc-a", i, f"text {i}") for i in range(3)]
-    assert index_run(instance, chunks, chunks).passed
-    failed = index_run(instance, chunks, chunks[:2])
+    failed = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, index_rows=2, chunks=3)
     assert not failed.passed and failed.metadata["index_rows"].value == 2
+    PgVectorStore(DIM).delete_document("doc-a")
 
 
 def test_rows_of_unregistered_documents_are_reported_as_orphans(instance, pg_url):

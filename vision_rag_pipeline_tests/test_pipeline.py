@@ -101,3 +101,29 @@ def test_failed_document_reports_a_one_line_reason(instance: dg.DagsterInstance,
         raise_on_error=False,
     )
     assert not result.success
+
+
+def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
+    instance: dg.DagsterInstance,
+) -> None:
+    document_id, ingested = _materialize(instance, SAMPLE_FILES[0])
+    chunks = ingested.output_for_node("document_chunks")
+    stored = ingested.asset_materializations_for_node("raw_documents")[0].metadata["path"].value
+    assert Path(stored).is_file(), "asset values are persisted for later runs"
+
+    reenriched = defs.resolve_job_def("reenrich").execute_in_process(
+        instance=instance, partition_key=document_id
+    )
+    assert reenriched.success
+    assert "raw_documents" not in {
+        e.asset_key.to_user_string() for e in reenriched.get_asset_materialization_events() if e.asset_key
+    }
+    assert reenriched.output_for_node("document_chunks") == chunks
+    checks = {e.check_name: e.passed for e in reenriched.get_asset_check_evaluations()}
+    assert checks == {
+        "annotations_whole": True,
+        "every_chunk_embedded": True,
+        "pgvector_rows_match_chunks": True,
+        "lexical_rows_match_chunks": True,
+    }
+    assert PgVectorStore(384).count(document_id) == len(chunks)

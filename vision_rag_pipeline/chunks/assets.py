@@ -10,6 +10,7 @@ from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.service import EnrichmentBatch
 from vision_rag_pipeline.images.model import ExtractedImage
+from vision_rag_pipeline.indexes.checks import ANNOTATIONS_WHOLE, annotations_whole
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import RagConfigResource
 
@@ -18,6 +19,8 @@ from vision_rag_pipeline.resources import RagConfigResource
     partitions_def=documents_partitions,
     group_name="chunks",
     kinds={"python"},
+    dagster_type=list[Chunk],  # the value's type: a MaterializeResult return annotation says nothing of it
+    check_specs=[ANNOTATIONS_WHOLE],
     description="Text, table and Meta-Content image chunks with their source location "
     "(page + bbox for PDF, char span for MHTML).",
 )
@@ -28,7 +31,7 @@ def document_chunks(
     image_verdicts: list[ImageVerdict],
     image_enrichments: EnrichmentBatch,
     rag_config: RagConfigResource,
-) -> dg.Output[list[Chunk]]:
+) -> dg.MaterializeResult:
     config = rag_config.load()
     chunks = build_chunks(
         context.partition_key,
@@ -43,9 +46,9 @@ def document_chunks(
     preview = "\n\n---\n\n".join(
         f"`{c.chunk_id}` ({c.kind}, page {c.page})\n\n{c.text[:300]}" for c in chunks[:3]
     )
-    context.log.info(f"{len(chunks)} chunks: {dict(kinds)}")
-    return dg.Output(
-        chunks,
+    return dg.MaterializeResult(
+        value=chunks,
+        check_results=[annotations_whole(chunks)],
         metadata={
             "chunks": len(chunks),
             "by_kind": dg.MetadataValue.json(dict(kinds)),

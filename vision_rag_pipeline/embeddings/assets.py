@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.embeddings.cache import encode_cached
 from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.indexes.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
 
@@ -23,6 +24,8 @@ class ChunkEmbeddings(BaseModel):
     partitions_def=documents_partitions,
     group_name="embeddings",
     kinds={"python", "pytorch"},
+    dagster_type=ChunkEmbeddings,  # the value's type: a MaterializeResult return annotation says nothing of it
+    check_specs=[EVERY_CHUNK_EMBEDDED],
     description="Sentence-transformers vectors (unit-normalized) for every chunk; model and dimension "
     "recorded. Only chunks whose text is not in the embedding cache are encoded.",
 )
@@ -31,7 +34,7 @@ def chunk_embeddings(
     document_chunks: list[Chunk],
     rag_config: RagConfigResource,
     index_db: IndexDatabase,
-) -> dg.Output[ChunkEmbeddings]:
+) -> dg.MaterializeResult:
     embedding = rag_config.load().embedding
     vectors, computed = encode_cached(
         [c.text for c in document_chunks],
@@ -39,11 +42,13 @@ def chunk_embeddings(
         lambda texts: encode(texts, embedding.model, embedding.batch_size),
         index_db.database_url(),
     )
-    return dg.Output(
-        ChunkEmbeddings(model=embedding.model, dim=int(vectors.shape[1]), vectors=vectors),
+    dim = int(vectors.shape[1])
+    return dg.MaterializeResult(
+        value=ChunkEmbeddings(model=embedding.model, dim=dim, vectors=vectors),
+        check_results=[every_chunk_embedded(document_chunks, vectors, dim)],
         metadata={
             "model": embedding.model,
-            "dim": int(vectors.shape[1]),
+            "dim": dim,
             "vectors": len(vectors),
             "computed": computed,
             "from_cache": len(vectors) - computed,

@@ -5,6 +5,11 @@ import dagster as dg
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
 from vision_rag_pipeline.enrichment.service import EnrichmentBatch
+from vision_rag_pipeline.indexes.checks import (
+    LEXICAL_ROWS_MATCH_CHUNKS,
+    PGVECTOR_ROWS_MATCH_CHUNKS,
+    rows_match_chunks,
+)
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
@@ -14,6 +19,7 @@ from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
     partitions_def=documents_partitions,
     group_name="indexes",
     kinds={"postgres"},
+    check_specs=[PGVECTOR_ROWS_MATCH_CHUNKS],
     description="Chunks with vectors in Postgres (pgvector HNSW, cosine) and enriched images in rag_images; "
     "the partition's rows are replaced in one transaction.",
 )
@@ -35,7 +41,8 @@ def pgvector_index(
     store.replace_document(context.partition_key, document_chunks, chunk_embeddings.vectors, images)
     rows = store.count(context.partition_key)
     return dg.MaterializeResult(
-        metadata={"rows": rows, "image_rows": len(images), "dim": chunk_embeddings.dim}
+        metadata={"rows": rows, "image_rows": len(images), "dim": chunk_embeddings.dim},
+        check_results=[rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, rows, len(document_chunks))],
     )
 
 
@@ -43,6 +50,7 @@ def pgvector_index(
     partitions_def=documents_partitions,
     group_name="indexes",
     kinds={"tantivy", "elasticsearch"},
+    check_specs=[LEXICAL_ROWS_MATCH_CHUNKS],
     description="BM25 index of the same chunks (tantivy on disk by default, Elasticsearch when configured).",
 )
 def lexical_index(
@@ -50,4 +58,8 @@ def lexical_index(
 ) -> dg.MaterializeResult:
     index = lexical.open()
     index.replace_document(context.partition_key, [LexicalDoc.of(c) for c in document_chunks])
-    return dg.MaterializeResult(metadata={"rows": index.count(context.partition_key)})
+    rows = index.count(context.partition_key)
+    return dg.MaterializeResult(
+        metadata={"rows": rows},
+        check_results=[rows_match_chunks(LEXICAL_ROWS_MATCH_CHUNKS, rows, len(document_chunks))],
+    )

@@ -1,8 +1,16 @@
 """Asset checks at each hand-off of the index half of the graph.
 
+The per-document checks are check specs of the asset they guard and run inside its step: a separate
+check step per asset would cost an ingest run five more steps of Dagster bookkeeping (inputs loaded
+again, events stored) for a few milliseconds of checking.
+
 Blocking where a failure would corrupt what comes next: a chunk with a broken image annotation would
 be embedded and indexed as garbage, and vectors that do not line up with chunks would attach each
-vector to the wrong text. The index checks run last, so they report (row counts, orphans) instead.
+vector to the wrong text. The index checks run last, so they report (row counts) instead.
+
+The orphan check looks at the whole index, not one document, so it does not run in every ingest run:
+the `audit_indexes` job runs it after each successful reindex and document removal, the two jobs after
+which the indexes and the registry must agree.
 """
 
 import dagster as dg
@@ -10,12 +18,40 @@ import numpy as np
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
-from vision_rag_pipeline.indexes.pgvector_store import chunk_count, indexed_document_ids
+from vision_rag_pipeline.documents.sensors import remove_document_job
+from vision_rag_pipeline.indexes.pgvector_store import indexed_document_ids
+from vision_rag_pipeline.indexes.schedules import reindex_job
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
 
 UNIT_NORM_TOLERANCE = 1e-3
+
+ANNOTATIONS_WHOLE = dg.AssetCheckSpec(
+    "annotations_whole",
+    asset="document_chunks",
+    blocking=True,
+    partitions_def=documents_partitions,
+    description="Every `![` in a chunk starts a whole image annotation: the splitter never cut one.",
+)
+EVERY_CHUNK_EMBEDDED = dg.AssetCheckSpec(
+    "every_chunk_embedded",
+    asset="chunk_embeddings",
+    blocking=True,
+    partitions_def=documents_partitions,
+    description="One finite unit vector per chunk, in chunk order.",
+)
+PGVECTOR_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
+    "pgvector_rows_match_chunks",
+    asset="pgvector_index",
+    partitions_def=documents_partitions,
+    description="The partition has exactly one pgvector row per chunk.",
+)
+LEXICAL_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
+    "lexical_rows_match_chunks",
+    asset="lexical_index",
+    partitions_def=documents_partitions,
+    description="The partition has exactly one lexical-index entry per chunk.",
+)
 
 
 def broken_annotation_offsets(text: str) -> list[int]:
@@ -29,14 +65,13 @@ def broken_annotation_offsets(text: str) -> list[int]:
     return offsets
 
 
-def embedding_problems(chunks: list[Chunk], embeddings: ChunkEmbeddings) -> list[str]:
+def embedding_problems(chunks: list[Chunk], vectors: np.ndarray, dim: int) -> list[str]:
     """Why the vectors cannot be trusted to line up with the chunks (empty when they can)."""
-    vectors = embeddings.vectors
     if vectors.ndim != 2 or len(vectors) != len(chunks):
         return [f"{len(chunks)} chunks but {len(vectors)} vectors"]
     problems = []
-    if vectors.shape[1] != embeddings.dim:
-        problems.append(f"vectors have {vectors.shape[1]} dimensions, recorded dim is {embeddings.dim}")
+    if vectors.shape[1] != dim:
+        problems.append(f"vectors have {vectors.shape[1]} dimensions, recorded dim is {dim}")
     norms = np.linalg.norm(vectors, axis=1) if len(vectors) else np.zeros(0)
     bad = [
         chunks[i].chunk_id
@@ -47,73 +82,37 @@ def embedding_problems(chunks: list[Chunk], embeddings: ChunkEmbeddings) -> list
     return problems
 
 
-@dg.asset_check(
-    asset="document_chunks",
-    partitions_def=documents_partitions,
-    blocking=True,
-    description="Every `![` in a chunk starts a whole image annotation: the splitter never cut one.",
-)
-def annotations_whole(document_chunks: list[Chunk]) -> dg.AssetCheckResult:
-    broken = {c.chunk_id: offsets for c in document_chunks if (offsets := broken_annotation_offsets(c.text))}
+def annotations_whole(chunks: list[Chunk]) -> dg.AssetCheckResult:
+    """The ANNOTATIONS_WHOLE result for a document's chunks."""
+    broken = {c.chunk_id: offsets for c in chunks if (offsets := broken_annotation_offsets(c.text))}
     return dg.AssetCheckResult(
+        check_name=ANNOTATIONS_WHOLE.name,
         passed=not broken,
-        metadata={
-            "chunks": len(document_chunks),
-            "broken": dg.MetadataValue.json(dict(list(broken.items())[:20])),
-        },
+        metadata={"chunks": len(chunks), "broken": dg.MetadataValue.json(dict(list(broken.items())[:20]))},
     )
 
 
-@dg.asset_check(
-    asset="chunk_embeddings",
-    partitions_def=documents_partitions,
-    blocking=True,
-    additional_ins={"document_chunks": dg.AssetIn("document_chunks")},
-    description="One finite unit vector per chunk, in chunk order.",
-)
-def every_chunk_embedded(
-    chunk_embeddings: ChunkEmbeddings, document_chunks: list[Chunk]
-) -> dg.AssetCheckResult:
-    problems = embedding_problems(document_chunks, chunk_embeddings)
+def every_chunk_embedded(chunks: list[Chunk], vectors: np.ndarray, dim: int) -> dg.AssetCheckResult:
+    """The EVERY_CHUNK_EMBEDDED result for a document's chunks and their vectors."""
+    problems = embedding_problems(chunks, vectors, dim)
     return dg.AssetCheckResult(
+        check_name=EVERY_CHUNK_EMBEDDED.name,
         passed=not problems,
         metadata={
-            "chunks": len(document_chunks),
-            "vectors": len(chunk_embeddings.vectors),
+            "chunks": len(chunks),
+            "vectors": len(vectors),
             "problems": dg.MetadataValue.json(problems),
         },
     )
 
 
-def _row_count_result(index_rows: int, chunks: int) -> dg.AssetCheckResult:
+def rows_match_chunks(spec: dg.AssetCheckSpec, index_rows: int, chunks: int) -> dg.AssetCheckResult:
+    """The result of an index's row-count check: one row per chunk of the document."""
     return dg.AssetCheckResult(
-        passed=index_rows == chunks, metadata={"index_rows": index_rows, "chunks": chunks}
+        check_name=spec.name,
+        passed=index_rows == chunks,
+        metadata={"index_rows": index_rows, "chunks": chunks},
     )
-
-
-@dg.asset_check(
-    asset="pgvector_index",
-    partitions_def=documents_partitions,
-    additional_ins={"document_chunks": dg.AssetIn("document_chunks")},
-    description="The partition has exactly one pgvector row per chunk.",
-)
-def pgvector_rows_match_chunks(
-    context: dg.AssetCheckExecutionContext, document_chunks: list[Chunk], index_db: IndexDatabase
-) -> dg.AssetCheckResult:
-    rows = chunk_count(context.partition_key, index_db.database_url())
-    return _row_count_result(rows, len(document_chunks))
-
-
-@dg.asset_check(
-    asset="lexical_index",
-    partitions_def=documents_partitions,
-    additional_ins={"document_chunks": dg.AssetIn("document_chunks")},
-    description="The partition has exactly one lexical-index entry per chunk.",
-)
-def lexical_rows_match_chunks(
-    context: dg.AssetCheckExecutionContext, document_chunks: list[Chunk], lexical: LexicalIndexResource
-) -> dg.AssetCheckResult:
-    return _row_count_result(lexical.open().count(context.partition_key), len(document_chunks))
 
 
 def orphan_document_ids(
@@ -143,10 +142,21 @@ def no_orphan_rows(
     )
 
 
-INDEX_CHECKS = [
-    annotations_whole,
-    every_chunk_embedded,
-    pgvector_rows_match_chunks,
-    lexical_rows_match_chunks,
-    no_orphan_rows,
-]
+audit_indexes_job = dg.define_asset_job(
+    "audit_indexes",
+    selection=dg.AssetSelection.checks(no_orphan_rows),
+    description="Look for index rows of documents that are no longer registered.",
+)
+
+
+@dg.run_status_sensor(
+    name="audit_after_index_changes",
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    monitored_jobs=[reindex_job, remove_document_job],
+    request_job=audit_indexes_job,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="After a reindex or a document removal, check that no index holds orphan rows.",
+)
+def audit_after_index_changes(context: dg.RunStatusSensorContext) -> dg.RunRequest:
+    run_id = context.dagster_run.run_id
+    return dg.RunRequest(run_key=run_id, tags={"vision_rag/after_run": run_id})
