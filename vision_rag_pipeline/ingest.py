@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sqlite3
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -17,17 +16,17 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
-import sqlalchemy
 from pydantic import BaseModel, Field
-from sqlalchemy.engine import Engine
 
 from vision_rag_pipeline.config import dagster_home
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.documents.sniff import sniff_document_kind
 from vision_rag_pipeline.partitions import documents_partitions
 
+_LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
 _LOCAL_INSTANCE_YAML = """\
-# Written by vision-rag for the embedded default: SQLite run/event storage in this directory.
+{header}: SQLite run history in this directory (rewritten
+# by vision-rag while this header is here; delete the header to keep your own edits).
 telemetry:
   enabled: false
 nux:
@@ -35,6 +34,17 @@ nux:
 concurrency:
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
+# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/local_storage.py)
+run_storage:
+  module: vision_rag_pipeline.local_storage
+  class: ReusedEngineSqliteRunStorage
+  config:
+    base_dir: {home}/history
+event_log_storage:
+  module: vision_rag_pipeline.local_storage
+  class: ReusedEngineSqliteEventLogStorage
+  config:
+    base_dir: {home}/history/runs
 """
 
 
@@ -62,25 +72,21 @@ class IngestReport(_Counts):
     seconds: float = 0.0
 
 
-def _fast_local_sqlite(dbapi_connection: object, _record: object) -> None:
-    """Skip fsync on the local SQLite run history: Dagster opens a connection per event, and the
-    syncs cost more than a small document's whole enrichment. Index data lives in Postgres and is
-    unaffected; an OS crash can at worst lose the latest run records."""
-    if isinstance(dbapi_connection, sqlite3.Connection):
-        dbapi_connection.execute("PRAGMA synchronous=OFF")
-
-
 @cache
 def dagster_instance() -> dg.DagsterInstance:
     """The instance in DAGSTER_HOME (default `$VISION_RAG_HOME/dagster`), created on first use."""
-    sqlalchemy.event.listen(Engine, "connect", _fast_local_sqlite)
     home = dagster_home()
     os.environ["DAGSTER_HOME"] = str(home)
+    write_local_instance_config(home)
+    return dg.DagsterInstance.get()
+
+
+def write_local_instance_config(home: Path) -> None:
+    """Write our dagster.yaml into `home` unless the user has one of their own there."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(_LOCAL_INSTANCE_YAML)
-    return dg.DagsterInstance.get()
+    if not config.exists() or config.read_text().startswith(_LOCAL_INSTANCE_HEADER):
+        config.write_text(_LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve()))
 
 
 class DocumentOutcome(_Counts):
