@@ -4,6 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.embeddings.encoder import resolve_precision
 from vision_rag_pipeline.enrichment.versioning import (
     chunking_version,
     classifier_version,
@@ -70,6 +71,18 @@ def test_splitter_and_embedding_model_move_their_own_versions():
     assert changed(RagConfig(), with_settings(splitter={"chunk_size": 500})) == {"chunking"}
     assert changed(RagConfig(), with_settings(loader={"separate_docs_for_images": True})) == {"chunking"}
     assert changed(RagConfig(), with_settings(embedding={"model": "/models/e5-small"})) == {"embedding"}
+
+
+def test_embedding_precision_moves_only_the_embedding_version():
+    float32, bfloat16 = (with_settings(embedding={"precision": p}) for p in ("float32", "bfloat16"))
+    assert changed(float32, bfloat16) == {"embedding"}
+
+
+def test_auto_precision_has_the_version_of_the_precision_it_picks_on_this_machine():
+    auto = RagConfig()
+    assert auto.embedding.precision == "auto"
+    picked = with_settings(embedding={"precision": resolve_precision("auto")})
+    assert changed(auto, picked) == set()
 
 
 def test_speed_and_bookkeeping_settings_re_run_nothing():

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.embeddings.cache import encode_cached
-from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.embeddings.encoder import encode, model_variant
 from vision_rag_pipeline.indexes.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
 from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
@@ -39,15 +39,16 @@ def chunk_embeddings(
     vectors, computed = encode_cached(
         [c.text for c in document_chunks],
         embedding.model,
-        lambda texts: encode(texts, embedding.model, embedding.batch_size),
+        lambda texts: encode(texts, embedding.model, embedding.batch_size, embedding.precision),
         index_db.database_url(),
+        embedding.precision,
     )
     dim = int(vectors.shape[1])
     return dg.MaterializeResult(
         value=ChunkEmbeddings(model=embedding.model, dim=dim, vectors=vectors),
         check_results=[every_chunk_embedded(document_chunks, vectors, dim)],
         metadata={
-            "model": embedding.model,
+            "model": model_variant(embedding.model, embedding.precision),
             "dim": dim,
             "vectors": len(vectors),
             "computed": computed,

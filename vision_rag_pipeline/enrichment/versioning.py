@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.embeddings.encoder import resolve_precision
 
 VERSION_LENGTH = 12
 
@@ -53,5 +54,10 @@ def chunking_version(config: RagConfig) -> str:
 
 
 def embedding_version(config: RagConfig) -> str:
-    """Which model embeds the chunks (the batch size does not change a vector)."""
-    return _short_hash({"model": config.embedding.model})
+    """Which model embeds the chunks and at which precision (the batch size does not change a vector).
+
+    `auto` counts as the precision it resolves to on this machine: it embeds in bfloat16 only where
+    the CPU computes it natively, so two machines can produce (slightly) different vectors.
+    """
+    embedding = config.embedding
+    return _short_hash({"model": embedding.model, "precision": resolve_precision(embedding.precision)})

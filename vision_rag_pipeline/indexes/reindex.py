@@ -69,8 +69,9 @@ def reindex(
             return encode_cached(
                 texts,
                 embedding.model,
-                lambda missing: encode(missing, embedding.model, embedding.batch_size),
+                lambda missing: encode(missing, embedding.model, embedding.batch_size, embedding.precision),
                 url,
+                embedding.precision,
             )[0]
 
         vector = rebuild_tables(url, embed=embed, dim=model_dim)

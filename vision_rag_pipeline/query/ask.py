@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
-from vision_rag_pipeline.config import AnswerConfig, RagConfig, home, load_config
+from vision_rag_pipeline.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
@@ -188,7 +188,11 @@ def sentences(text: str) -> list[tuple[int, int]]:
 
 
 def extractive_answer(
-    question: str, question_vector: np.ndarray, context: list[Hit], answer: AnswerConfig, model: str
+    question: str,
+    question_vector: np.ndarray,
+    context: list[Hit],
+    answer: AnswerConfig,
+    embedding: EmbeddingConfig,
 ) -> list[tuple[Hit, Match, float]]:
     """The best sentences of the context: half term overlap with the question, half cosine similarity."""
     terms = question_terms(question)
@@ -196,7 +200,7 @@ def extractive_answer(
     if not candidates or not terms:
         return []
     texts = [" ".join(hit.text[a:b].split()) for hit, (a, b) in candidates]
-    cosine = encode(texts, model) @ question_vector
+    cosine = encode(texts, embedding.model, precision=embedding.precision) @ question_vector
     scored = []
     for (hit, (a, b)), text, similarity in zip(candidates, texts, cosine, strict=True):
         overlap = len(terms & question_terms(text)) / len(terms)
@@ -359,7 +363,7 @@ def ask(
     if image is not None:
         queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
     hits = search_queries(queries, k, config=config)
-    question_vector = encode([question], config.embedding.model)[0]
+    question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
     context, _ = relevant_context(question_vector, hits, settings)
     client = client or (vision_client_from_env() if settings.use_llm else None)
 
@@ -374,7 +378,7 @@ def ask(
             text, located = generated
             method = "llm"
     if not located:
-        chosen = extractive_answer(question, question_vector, context, settings, config.embedding.model)
+        chosen = extractive_answer(question, question_vector, context, settings, config.embedding)
         located = [(hit, match) for hit, match, _ in chosen]
         text = " ".join(_plain(hit.text[m.start : m.end]) for hit, m in located)
     if not located:

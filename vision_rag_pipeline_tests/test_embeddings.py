@@ -1,0 +1,100 @@
+"""Chunk vectors: unit length, reproducible, the same at either precision, and cached per precision."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vision_rag_pipeline.embeddings.cache import encode_cached
+from vision_rag_pipeline.embeddings.encoder import (
+    PRECISIONS,
+    encode,
+    model_variant,
+    resolve_precision,
+    similar_length_batches,
+)
+
+MODEL = "all-MiniLM-L6-v2"
+SENTENCES = [
+    "Revenue rose 12% in the third quarter to $4.1 million.",
+    "The board approved a dividend of 0.35 per share.",
+    "Customer churn fell to 2.3 percent.",
+    "| Region | Units |\n|---|---|\n| North | 1,204 |\n| South | 980 |",
+    "![bar chart of quarterly revenue by segment](images/chart-3.png) Logistics grew fastest, "
+    "warehousing was flat and retail declined for the second quarter in a row.",
+    "ok",
+]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_vectors_are_unit_length_float32_rows(precision):
+    vectors = encode(SENTENCES, MODEL, precision=precision)
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_no_texts_give_an_empty_matrix_of_the_model_dimension():
+    assert encode([], MODEL).shape == (0, 384)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_text_gets_the_same_vector_whatever_it_is_batched_with(precision):
+    """The cache stores one vector per text, so a vector must not depend on its neighbours."""
+    forward = encode(SENTENCES, MODEL, precision=precision)
+    again = encode(SENTENCES, MODEL, precision=precision)
+    alone = np.stack([encode([text], MODEL, precision=precision)[0] for text in SENTENCES])
+    reversed_order = encode(SENTENCES[::-1], MODEL, precision=precision)[::-1]
+    np.testing.assert_array_equal(forward, again)
+    assert ((alone * forward).sum(axis=1) > 0.999).all()
+    assert ((reversed_order * forward).sum(axis=1) > 0.999).all()
+
+
+def test_bfloat16_vectors_agree_with_float32():
+    cosine = (
+        encode(SENTENCES, MODEL, precision="float32") * encode(SENTENCES, MODEL, precision="bfloat16")
+    ).sum(axis=1)
+    assert cosine.min() > 0.99
+
+
+def test_related_sentences_are_closer_than_unrelated_ones():
+    revenue, dividend, sales = encode(
+        ["Quarterly revenue increased.", "A dividend was declared.", "Sales grew this quarter."], MODEL
+    )
+    assert revenue @ sales > revenue @ dividend
+
+
+@given(st.lists(st.integers(min_value=1, max_value=256), max_size=40), st.integers(min_value=1, max_value=8))
+def test_similar_length_batches_cover_every_text_once_with_little_padding(lengths, batch_size):
+    batches = similar_length_batches(lengths, batch_size)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) <= batch_size
+        assert min(lengths[i] for i in batch) >= 0.8 * longest
+
+
+def test_precision_names_are_checked_and_auto_picks_a_real_one():
+    assert resolve_precision("auto") in PRECISIONS
+    assert resolve_precision("float32") == "float32"
+    with pytest.raises(ValueError, match="float16"):
+        resolve_precision("float16")
+
+
+def test_float32_keeps_the_bare_model_name_so_older_cache_rows_still_serve():
+    assert model_variant(MODEL, "float32") == MODEL
+    assert model_variant(MODEL, "bfloat16") != MODEL
+
+
+def test_the_cache_never_hands_float32_vectors_to_a_bfloat16_run(pg_url):
+    calls: list[list[str]] = []
+
+    def fake_encode(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        return np.ones((len(texts), 3), dtype=np.float32) / np.sqrt(3)
+
+    texts = ["cached per precision", "cached per precision", "another chunk"]
+    for precision in ("float32", "float32", "bfloat16"):
+        vectors, _ = encode_cached(texts, "precision-test-model", fake_encode, pg_url, precision)
+        assert vectors.shape == (3, 3)
+    assert calls == [["cached per precision", "another chunk"]] * 2
