@@ -98,3 +98,15 @@ def test_every_line_lands_in_exactly_one_group_in_order_and_groups_stay_short(li
     assert " · ".join(groups) == " · ".join(kept)
     for group in groups:
         assert len(group) <= IMAGE_EXCERPT_CHARS or group in kept
+
+
+def test_an_amount_that_wraps_onto_the_next_line_stays_with_its_sentence() -> None:
+    scan = (
+        "The board approved a share buyback programme of up to\n"
+        "$148.7 million over the next two years.\n"
+        "Headcount reached 1,204 at the end of the quarter."
+    )
+    assert _line_groups(scan, IMAGE_EXCERPT_CHARS) == [
+        "The board approved a share buyback programme of up to · $148.7 million over the next two years.",
+        "Headcount reached 1,204 at the end of the quarter.",
+    ]

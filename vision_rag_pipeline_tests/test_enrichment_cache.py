@@ -39,8 +39,8 @@ PINNED_CONFIG = {
     },
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
-# (a new enrichment setting legitimately changes it).
-PINNED_KEY = "intranet-2024-07-22-05a116457c472b5392add0751eb0f82c81670f3123ad55639957e7196e00756f"
+# (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
+PINNED_KEY = "intranet-2024-07-22-dba5fc3ec820fb53800636f21d3c0838fb88aaf67e3fe9d85b85bcd28c743cf3"
 
 
 def _config(**changes: Any) -> RagConfig:
@@ -65,6 +65,16 @@ def test_cache_key_is_pinned_and_stable_across_processes() -> None:
     other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other_process.stdout.strip() == key
     assert key == PINNED_KEY
+
+
+def test_a_new_ocr_revision_gives_new_keys_so_old_readings_are_not_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vision_rag_pipeline.enrichment import cache
+
+    before = cache_key(IMAGE, RagConfig(), "offline")
+    monkeypatch.setattr(cache, "OCR_REVISION", cache.OCR_REVISION + 1)
+    assert cache_key(IMAGE, RagConfig(), "offline") != before
 
 
 def test_cache_key_accepts_the_sha256_instead_of_the_bytes() -> None:

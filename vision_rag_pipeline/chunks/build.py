@@ -25,6 +25,8 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # An image's text is also indexed in small groups of lines, each under the document title and
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
+# Bump when a change here changes the chunks a document yields (the chunking code version includes it).
+CHUNKING_REVISION = 2
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -202,8 +204,13 @@ def _is_statement(line: str) -> bool:
 
 
 def _continues(previous: str, line: str) -> bool:
-    """A wrapped sentence: the line before stops mid-sentence and this one goes on in lower case."""
-    return bool(previous) and previous[-1] not in ".!?:" and line[0].islower()
+    """A wrapped sentence: the line before stops mid-sentence and this one goes on in lower case
+    or with an amount ("... a buyback of up to" / "$148.7 million over two years")."""
+    return (
+        bool(previous)
+        and previous[-1] not in ".!?:"
+        and (line[0].islower() or line[0] in "$€£" or line[0].isdigit())
+    )
 
 
 def _line_groups(text: str, max_chars: int) -> list[str]:

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from vision_rag_pipeline.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 from vision_rag_pipeline.indexes.postgres import connect
 
 OFFLINE_ENGINE = "offline"
@@ -64,7 +65,8 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
 
     The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
     `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages and
-    the fusion settings — every setting that changes the output, so any change yields a new key.
+    the fusion settings and the OCR code's revision — everything that changes the output, so any
+    change yields a new key.
     OCR `max_workers` is left out: it changes speed, not results.
 
     `engine` names who computes the enrichment: "offline" (OCR + rule fusion) or the vision
@@ -81,6 +83,7 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
     settings = {
         "features": enrichment.features.model_dump(mode="json"),
         "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers"}),
+        "ocr_revision": OCR_REVISION,
         "fusion": enrichment.fusion.model_dump(mode="json"),
         "engine": engine,
     }

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 
+from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.embeddings.encoder import resolve_precision
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 
 VERSION_LENGTH = 12
 
@@ -39,6 +41,7 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
         {
             "mllm": enrichment.features.mllm.model_dump(mode="json"),
             "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
+            "ocr_revision": OCR_REVISION,
             "fusion": enrichment.fusion.model_dump(mode="json"),
             "engine": engine,
             "config_version": config.config_version,
@@ -47,9 +50,13 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
 
 
 def chunking_version(config: RagConfig) -> str:
-    """How a document becomes chunks: loader and splitter settings."""
+    """How a document becomes chunks: loader and splitter settings, and the chunk builder's revision."""
     return _short_hash(
-        {"loader": config.loader.model_dump(mode="json"), "splitter": config.splitter.model_dump(mode="json")}
+        {
+            "loader": config.loader.model_dump(mode="json"),
+            "splitter": config.splitter.model_dump(mode="json"),
+            "revision": CHUNKING_REVISION,
+        }
     )
 
 
