@@ -143,6 +143,14 @@ class RetrievalConfig(_Strict):
     # quarters (Q1-Q4) and years they contain (0 turns it off): dense search alone ranks the
     # same report for another quarter or company about as high as the right one.
     identifier_rerank_depth: int = Field(20, ge=0)
+    # Re-score the best `content_rerank_depth` fused hits (0 turns it off; hybrid and vector modes)
+    # by the cosine between the query stripped of its identifiers and each chunk's stored vector,
+    # mixed with the fused score: (1 - content_weight) x fused + content_weight x cosine, both
+    # min-max normalized over those hits. The excerpts of one report share its title, caption and
+    # quarter, so the whole query scores them alike; what the question asks about separates them.
+    # The identifier re-order runs after it: the right company and quarter stay ahead.
+    content_rerank_depth: int = Field(20, ge=0)
+    content_weight: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class AnswerConfig(_Strict):

@@ -22,7 +22,9 @@ from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError
 from vision_rag_pipeline.query.search import (
     Ranking,
+    content_query,
     query_identifiers,
+    rerank_by_content,
     rerank_by_identifiers,
     rrf_fuse,
     search,
@@ -36,6 +38,7 @@ SAMPLE_PDF = (
     / ("larkspur_q3_2024_operations_review.pdf")
 )
 TEXT_DOC = "quokka-text-0000000001"
+KPI_DOC = "quokka-kpis-0000000004"
 CHART_DOC = "quokka-chart-000000002"
 PDF_DOC = "quokka-pdf-00000000003"
 
@@ -224,3 +227,103 @@ def test_identifier_rerank_prefers_the_right_quarter_and_company() -> None:
     assert rerank_by_identifiers("how many tickets?", ["q2", "q3"], texts) == ["q2", "q3"], (
         "no identifiers: order kept"
     )
+
+
+KPI_TITLE = "Quokka Zoo Quarterly Report, Q3 2024"
+KPI_ROWS = [
+    "Gift shop sales came in at $88,400",
+    "Feed cost per animal $12.40 $11.00 Watch",
+    "Keeper overtime hours 1,320 1,100 Watch",
+    "Visitor admissions 48,210 45,000 Ahead",
+    "Enclosure repairs completed 14 12 On track",
+]
+
+
+def kpi_excerpts() -> list[Chunk]:
+    """Excerpt chunks of one KPI table as the chunk builder makes them: one long shared heading, one row each."""
+    heading = f"{KPI_TITLE} — Figure 3. Key performance indicators against target. — KPI summary, Q3 2024"
+    return [
+        Chunk(
+            chunk_id=f"{KPI_DOC}:{i:05d}",
+            document_id=KPI_DOC,
+            index=i,
+            kind="image",
+            text=f"{heading}: {row}",
+            image="https://zoo.example/kpis.png",
+            metadata={"source": "/archive/zoo-q3-2024.pdf", "title": KPI_TITLE, "image_excerpt": i},
+        )
+        for i, row in enumerate(KPI_ROWS)
+    ]
+
+
+PARAPHRASES = {  # question -> index of the KPI row it asks about, in none of the row's words
+    "How many guests came in at Quokka Zoo during Q3 2024?": 3,
+    "How much did Quokka Zoo pay to feed each animal in Q3 2024?": 1,
+    "How many extra hours did Quokka Zoo's keepers work in Q3 2024?": 2,
+    "How many enclosures did Quokka Zoo fix in Q3 2024?": 4,
+    "What did the souvenir store at Quokka Zoo earn in Q3 2024?": 0,
+}
+
+
+def test_each_paraphrased_question_gets_its_own_row_first(pg_url: str) -> None:
+    index_chunks(kpi_excerpts())
+    for question, row in PARAPHRASES.items():
+        hits = search(question, k=5, document_ids=[KPI_DOC])
+        assert hits[0].chunk_id == f"{KPI_DOC}:{row:05d}", (
+            question,
+            [h.text.rsplit(": ", 1)[1] for h in hits],
+        )
+    souvenirs = "What did the souvenir store at Quokka Zoo earn in Q3 2024?"
+    whole_query_only = RagConfig(retrieval=RetrievalConfig(content_rerank_depth=0))
+    hits = search(souvenirs, k=5, document_ids=[KPI_DOC], config=whole_query_only)
+    assert hits[0].chunk_id != f"{KPI_DOC}:00000", "without the content re-score the shared heading decides"
+
+
+def test_content_query_keeps_what_is_asked_without_naming_the_report() -> None:
+    question = "How many help-desk requests came in at Tidewell Software's desk during Q3 2023?"
+    assert content_query(question) == "help-desk requests came desk during"
+    assert content_query("Tidewell Software Q3 2023") == ""
+    assert query_identifiers("How many thousand visits did the website receive in April 2025?") == {
+        "april",
+        "2025",
+        "q2",
+    }, "a month and its year name the quarter"
+    assert "q2" not in query_identifiers("May we see the 2025 visits?")
+
+
+@given(
+    st.lists(st.floats(0, 1), min_size=6, max_size=6),
+    st.lists(st.floats(-1, 1), min_size=6, max_size=6),
+    st.floats(0, 1),
+)
+def test_content_rescoring_never_puts_a_sibling_report_ahead(
+    fused_scores: list[float], similarities: list[float], weight: float
+) -> None:
+    """Whatever the scores, the identifier order keeps the named company and quarter first, even
+    when a sibling report also mentions the product the question asks about."""
+    titles = {
+        "right-a": "Tidewell Software Quarterly Report, Q3 2023",
+        "right-b": "Tidewell Software Quarterly Report, Q3 2023",
+        "q4-helix": "Tidewell Software Quarterly Report, Q4 2023",
+        "q2": "Tidewell Software Quarterly Report, Q2 2023",
+        "other-helix": "Northwind Quarterly Report, Q3 2023",
+        "text": "Zoo news",
+    }
+    rows = {
+        "right-a": "Revenue mix by product line, Q3 2023: Falcon 31.3% · 12.8% · Orion 17.4%",
+        "right-b": "KPI summary, Q3 2023: Support tickets 33,773 29,004 Watch",
+        "q4-helix": "Revenue mix by product line, Q4 2023: Falcon 34.2% · Helix 20.0%",
+        "q2": "Revenue mix by product line, Q2 2023: Falcon 21.6%",
+        "other-helix": "Revenue mix by product line, Q3 2023: Helix 11.0%",
+        "text": "The Helix pilot enrolled 2,000 households.",
+    }
+    texts = {cid: f"{titles[cid]} — {row}" if cid != "text" else row for cid, row in rows.items()}
+    ids = list(rows)
+    by_content = rerank_by_content(
+        ids, dict(zip(ids, fused_scores, strict=True)), dict(zip(ids, similarities, strict=True)), weight
+    )
+    question = "What share of Tidewell Software's Q3 2023 sales came from Helix?"
+    ranked = rerank_by_identifiers(question, by_content, texts, titles)
+    assert set(ranked[:2]) == {"right-a", "right-b"}
+    assert ranked.index("q4-helix") < ranked.index("q2"), "same company and year, product named: next"
+    assert ranked.index("q2") < ranked.index("other-helix"), "the product never outweighs the company"

@@ -9,12 +9,14 @@ several of them is one hit with the combined score.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+import psycopg
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel
@@ -125,6 +127,16 @@ def _where(document_ids: list[str] | None, kinds: list[str] | None, metadata: di
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
+@contextmanager
+def _connection(conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:
+    """The caller's connection, or a new one: a search pays for one connection, not one per step."""
+    if conn is not None:
+        yield conn
+        return
+    with connect() as new:
+        yield new
+
+
 def vector_ranking(
     vector: np.ndarray,
     limit: int,
@@ -132,6 +144,7 @@ def vector_ranking(
     document_ids: list[str] | None = None,
     kinds: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
+    conn: psycopg.Connection | None = None,
 ) -> dict[str, float]:
     """Nearest chunks by cosine similarity through the HNSW index, filters applied in the scan.
 
@@ -139,7 +152,7 @@ def vector_ranking(
     so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
     """
     where, params = _where(document_ids, kinds, metadata)
-    with connect() as conn:
+    with _connection(conn) as conn:
         conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
         if where:
             conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
@@ -152,11 +165,13 @@ def vector_ranking(
     return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
 
 
-def chunk_similarities(vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+def chunk_similarities(
+    vector: np.ndarray, chunk_ids: Sequence[str], conn: psycopg.Connection | None = None
+) -> dict[str, float]:
     """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
     if not chunk_ids:
         return {}
-    with connect() as conn:
+    with _connection(conn) as conn:
         rows = conn.execute(
             "SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks WHERE chunk_id = ANY(%s)",
             (Vector(vector), list(chunk_ids)),
@@ -213,24 +228,44 @@ def search_queries(
         return []
     pool = max(k, retrieval.candidates)
     rankings: list[Ranking] = []
-    if mode in ("hybrid", "vector"):
-        vectors = encode([text for text, _ in queries], config.embedding.model)
-        for (_, weight), vector in zip(queries, vectors, strict=True):
-            scores = vector_ranking(
-                vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata
-            )
-            rankings.append(Ranking(scores, weight * retrieval.vector_weight))
+    lexical_rankings: list[Ranking] = []
     if mode in ("hybrid", "lexical"):
         for text, weight in queries:
             scores = _lexical_ranking(text, pool, document_ids, filters.kinds, filters.metadata)
-            rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
+            lexical_rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
+    asked = content_query(queries[0][0])
+    rescore = bool(retrieval.content_rerank_depth and asked and mode != "lexical")
+    similarities: dict[str, float] = {}
+    if mode in ("hybrid", "vector"):
+        # one encoder call for the query texts and, when re-scoring, what the first one asks about
+        vectors = encode(
+            [text for text, _ in queries] + ([asked] if rescore else []),
+            config.embedding.model,
+            precision=config.embedding.precision,
+        )
+        with connect() as conn:
+            for (_, weight), vector in zip(queries, vectors[: len(queries)], strict=True):
+                scores = vector_ranking(
+                    vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata, conn
+                )
+                rankings.append(Ranking(scores, weight * retrieval.vector_weight))
+            if rescore:  # every candidate, on the same connection: the fused head is known only later
+                candidates = set().union(*(r.scores for r in rankings + lexical_rankings))
+                similarities = chunk_similarities(vectors[-1], sorted(candidates), conn)
+    rankings += lexical_rankings
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
-    depth = max(k, retrieval.identifier_rerank_depth)
+    depth = max(k, retrieval.identifier_rerank_depth, retrieval.content_rerank_depth if rescore else 0)
     chunks = store.fetch(ranked[: depth * 2])  # a lexical entry may outlive its Postgres row briefly
     best = [cid for cid in ranked[: depth * 2] if cid in chunks][:depth]
+    if similarities:
+        head = best[: retrieval.content_rerank_depth]
+        best = rerank_by_content(head, fused, similarities, retrieval.content_weight) + best[len(head) :]
     if retrieval.identifier_rerank_depth:
-        best = rerank_by_identifiers(queries[0][0], best, {cid: chunks[cid].text for cid in best})
+        head = best[: max(k, retrieval.identifier_rerank_depth)]
+        texts = {cid: chunks[cid].text for cid in head}
+        titles = {cid: str(chunks[cid].metadata.get("title") or "") for cid in head}
+        best = rerank_by_identifiers(queries[0][0], head, texts, titles) + best[len(head) :]
     return [_hit(chunks[cid], fused[cid]) for cid in best[:k]]
 
 
@@ -239,6 +274,8 @@ _WORD = re.compile(r"[\w&'’-]+")
 _QUESTION_WORDS = frozenset(
     [
         "how",
+        "many",
+        "much",
         "what",
         "which",
         "who",
@@ -259,26 +296,102 @@ _QUESTION_WORDS = frozenset(
 )
 
 
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_MONTH_AND_YEAR = re.compile(r"\b(" + "|".join(m.capitalize() for m in _MONTHS) + r")\s+(?:19|20)\d\d\b")
+
+
 def query_identifiers(query: str) -> set[str]:
-    """Names, quarters and years in a query: the words that tell one report from its siblings."""
+    """Names, quarters and years in a query: the words that tell one report from its siblings.
+
+    A month with its year ("April 2025") also names its calendar quarter (q2): reports and their
+    charts say "Q2 2025" and "Apr", rarely "April".
+    """
     tokens = {_normalized(token) for token in _IDENTIFIER.findall(query)}
-    return tokens - ENGLISH_STOP_WORDS - _QUESTION_WORDS
+    quarters = {f"q{_MONTHS.index(month.lower()) // 3 + 1}" for month in _MONTH_AND_YEAR.findall(query)}
+    return (tokens | quarters) - ENGLISH_STOP_WORDS - _QUESTION_WORDS
 
 
 def _normalized(token: str) -> str:
     return token.lower().removesuffix("'s").removesuffix("’s")
 
 
-def rerank_by_identifiers(query: str, chunk_ids: list[str], texts: dict[str, str]) -> list[str]:
-    """Stable re-order: chunks carrying more of the query's identifiers first, fused order within ties."""
+def _words(text: str) -> set[str]:
+    return {_normalized(word) for word in _WORD.findall(text)}
+
+
+def content_query(query: str) -> str:
+    """What a question asks about: the query without its identifiers, question words and stop words.
+
+    "How many help-desk requests came in at Tidewell Software during Q3 2023?" -> "help-desk
+    requests came". Empty when nothing is left (the query only names a report).
+    """
+    dropped = query_identifiers(query)
+    kept = [
+        word
+        for word in _WORD.findall(query)
+        if _normalized(word) not in dropped
+        and word.lower() not in ENGLISH_STOP_WORDS
+        and word.lower() not in _QUESTION_WORDS
+    ]
+    return " ".join(kept)
+
+
+def _min_max(scores: dict[str, float]) -> dict[str, float]:
+    low, high = min(scores.values(), default=0.0), max(scores.values(), default=0.0)
+    return {key: (value - low) / (high - low) if high > low else 1.0 for key, value in scores.items()}
+
+
+def rerank_by_content(
+    chunk_ids: list[str], fused: dict[str, float], similarities: dict[str, float], weight: float
+) -> list[str]:
+    """Order by (1 - weight) x fused score + weight x content similarity, each min-max normalized
+    over these chunks; a chunk without a similarity (its row is gone) counts as the least similar."""
+    if not chunk_ids:
+        return []
+    fused_norm = _min_max({cid: fused[cid] for cid in chunk_ids})
+    present = {cid: similarities[cid] for cid in chunk_ids if cid in similarities}
+    similar_norm = _min_max(present)
+    combined = {
+        cid: (1 - weight) * fused_norm[cid] + weight * similar_norm.get(cid, 0.0) for cid in chunk_ids
+    }
+    return sorted(chunk_ids, key=lambda cid: -combined[cid])
+
+
+def rerank_by_identifiers(
+    query: str, chunk_ids: list[str], texts: dict[str, str], titles: dict[str, str] | None = None
+) -> list[str]:
+    """Stable re-order: chunks carrying more of the query's identifiers first, incoming order within ties.
+
+    Identifiers that appear in some chunk's document title (company, quarter, year) name the report:
+    they are counted in the chunk's text and its title, and rank first. The rest (a product, a
+    region) are counted in the text and only break ties, so a sibling report that mentions the
+    product cannot overtake the report the question names.
+    """
     wanted = query_identifiers(query)
     if not wanted:
         return chunk_ids
+    title_words = {cid: _words((titles or {}).get(cid, "")) for cid in chunk_ids}
+    naming = wanted & set().union(*title_words.values())
+    others = wanted - naming
 
-    def carried(chunk_id: str) -> int:
-        return len(wanted & {_normalized(word) for word in _WORD.findall(texts[chunk_id])})
+    def key(chunk_id: str) -> tuple[int, int]:
+        words = _words(texts[chunk_id])
+        return -len(naming & (words | title_words[chunk_id])), -len(others & words)
 
-    return sorted(chunk_ids, key=lambda chunk_id: -carried(chunk_id))
+    return sorted(chunk_ids, key=key)
 
 
 def search(
