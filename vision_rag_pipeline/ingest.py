@@ -37,12 +37,12 @@ concurrency:
 # Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/local_storage.py)
 run_storage:
   module: vision_rag_pipeline.local_storage
-  class: ReusedEngineSqliteRunStorage
+  class: LocalRunStorage
   config:
     base_dir: {home}/history
 event_log_storage:
   module: vision_rag_pipeline.local_storage
-  class: ReusedEngineSqliteEventLogStorage
+  class: LocalEventLogStorage
   config:
     base_dir: {home}/history/runs
 """

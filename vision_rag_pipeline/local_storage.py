@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
 
 RUN_SHARD_ENGINES = 4  # one event-log database per run: keep the engines of the latest few runs
+KNOWN_PARTITION_SECONDS = 5.0
 
 
 def _engine(url: str) -> Engine:
@@ -40,18 +42,22 @@ def _no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
-class ReusedEngineSqliteEventLogStorage(SqliteEventLogStorage):
-    """`SqliteEventLogStorage` (one database per run plus an index) with engines kept between calls."""
+class LocalEventLogStorage(SqliteEventLogStorage):
+    """`SqliteEventLogStorage` (one database per run plus an index) with engines kept between calls.
+
+    It also remembers for a few seconds that a dynamic partition exists: Dagster asks about 100
+    times per ingest run, for the partition the run is about. A partition deleted by another
+    process can at worst look present for `KNOWN_PARTITION_SECONDS`; one deleted here never does.
+    """
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: the base class connects
         self._engines_lock = threading.Lock()
+        self._known_partitions: dict[tuple[str, str], float] = {}  # -> remembered until (monotonic)
         super().__init__(base_dir, inst_data)
 
     @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value
-    ) -> ReusedEngineSqliteEventLogStorage:
+    def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalEventLogStorage:
         return cls(inst_data=inst_data, **config_value)
 
     def _shard_engine(self, shard: str) -> Engine:
@@ -75,6 +81,19 @@ class ReusedEngineSqliteEventLogStorage(SqliteEventLogStorage):
             with engine.connect() as conn, conn.begin():
                 yield conn
 
+    def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
+        key = (partitions_def_name, partition_key)
+        if self._known_partitions.get(key, 0.0) > time.monotonic():
+            return True
+        exists = super().has_dynamic_partition(partitions_def_name, partition_key)
+        if exists:
+            self._known_partitions[key] = time.monotonic() + KNOWN_PARTITION_SECONDS
+        return exists
+
+    def delete_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> None:
+        self._known_partitions.pop((partitions_def_name, partition_key), None)
+        super().delete_dynamic_partition(partitions_def_name, partition_key)
+
     def dispose(self) -> None:
         with self._engines_lock:
             for engine in self._engines.values():
@@ -83,13 +102,11 @@ class ReusedEngineSqliteEventLogStorage(SqliteEventLogStorage):
         super().dispose()
 
 
-class ReusedEngineSqliteRunStorage(SqliteRunStorage):
+class LocalRunStorage(SqliteRunStorage):
     """`SqliteRunStorage` with its one engine kept between calls."""
 
     @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value
-    ) -> ReusedEngineSqliteRunStorage:
+    def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalRunStorage:
         return cls.from_local(inst_data=inst_data, **config_value)
 
     @contextmanager

@@ -5,7 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from vision_rag_pipeline.ingest import write_local_instance_config
-from vision_rag_pipeline.local_storage import ReusedEngineSqliteEventLogStorage, ReusedEngineSqliteRunStorage
+from vision_rag_pipeline.local_storage import LocalEventLogStorage, LocalRunStorage
 
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
@@ -30,8 +30,8 @@ def _run_three_documents(instance: dg.DagsterInstance) -> None:
 def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path: Path) -> None:
     write_local_instance_config(tmp_path)
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert isinstance(instance.run_storage, ReusedEngineSqliteRunStorage)
-        assert isinstance(instance.event_log_storage, ReusedEngineSqliteEventLogStorage)
+        assert isinstance(instance.run_storage, LocalRunStorage)
+        assert isinstance(instance.event_log_storage, LocalEventLogStorage)
         _run_three_documents(instance)
 
     # the UI of a user who deleted our dagster.yaml: Dagster's default SQLite storage, same files
@@ -49,3 +49,14 @@ def test_a_dagster_yaml_of_the_users_own_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "dagster.yaml").write_text(own)
     write_local_instance_config(tmp_path)
     assert (tmp_path / "dagster.yaml").read_text() == own
+
+
+def test_a_partition_deleted_through_this_instance_is_gone_at_once(tmp_path: Path) -> None:
+    write_local_instance_config(tmp_path)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions("docs", ["a"])
+        assert instance.has_dynamic_partition("docs", "a")
+        assert instance.has_dynamic_partition("docs", "a")  # remembered
+        instance.delete_dynamic_partition("docs", "a")
+        assert not instance.has_dynamic_partition("docs", "a")
+        assert not instance.has_dynamic_partition("docs", "never-added")
