@@ -151,6 +151,8 @@ def available_languages() -> set[str]:
     return set(_installed_tessdata()[1])
 
 
+# Leptonica (under Tesseract) writes its internal errors ("box outside rectangle") to stderr.
+tesserocr.set_leptonica_log_level(tesserocr.LeptLogLevel.NONE)
 _idle_engines: dict[str, list[tesserocr.PyTessBaseAPI]] = {}
 _engines_lock = threading.Lock()
 
@@ -164,7 +166,10 @@ def _engine(languages: list[str]) -> Iterator[tesserocr.PyTessBaseAPI]:
         engine = idle.pop() if idle else None
     if engine is None:
         try:
-            engine = tesserocr.PyTessBaseAPI(path=_installed_tessdata()[0], lang=key)
+            # Tesseract's diagnostics ("Empty page!!", resolution guesses) say nothing a user can act on
+            engine = tesserocr.PyTessBaseAPI(
+                path=_installed_tessdata()[0], lang=key, variables={"debug_file": "/dev/null"}
+            )
         except RuntimeError as exc:
             raise OcrError(f"cannot load Tesseract models {key}: {exc}") from exc
     try:
