@@ -277,15 +277,29 @@ MIN_SKEW_DEGREES = 0.4  # below this Tesseract copes and a resampling costs more
 SKEW_PROBE_SIDE = 400
 
 
+def _percentile_of_counts(counts: np.ndarray, share: float) -> float:
+    """The value below which `share` of the counted values lie, from a histogram of integers."""
+    return float(np.searchsorted(np.cumsum(counts), share * counts.sum()))
+
+
 def edge_sharpness(gray: np.ndarray) -> float:
-    """Steepness of the image's strongest edges relative to its contrast (sharp ~0.6-1, blurred < 0.4)."""
-    values = gray.astype(np.float32)
-    contrast = float(np.percentile(values, 99) - np.percentile(values, 1))
+    """Steepness of the image's strongest edges relative to its contrast (sharp ~0.6-1, blurred < 0.4).
+
+    Computed from histograms of the 8-bit levels and steps: every image pays for this test, and
+    percentiles of float copies of a 2-megapixel image cost ~50 ms.
+    """
+    levels = np.bincount(gray.ravel(), minlength=256)
+    contrast = _percentile_of_counts(levels, 0.99) - _percentile_of_counts(levels, 0.01)
     if contrast < 10:
         return 1.0  # a flat image has no edges to judge; nothing to sharpen
-    steps = np.concatenate([np.abs(np.diff(values, axis=1)).ravel(), np.abs(np.diff(values, axis=0)).ravel()])
-    strong = steps[steps > 0.1 * contrast]
-    return float(np.percentile(strong, 90) / contrast) if strong.size else 0.0
+    values = gray.astype(np.int16)
+    steps = np.bincount(np.abs(np.diff(values, axis=1)).ravel(), minlength=256)
+    steps += np.bincount(np.abs(np.diff(values, axis=0)).ravel(), minlength=256)
+    strong = steps.copy()
+    strong[: int(0.1 * contrast) + 1] = 0  # steps above a tenth of the contrast
+    if not strong.any():
+        return 0.0
+    return _percentile_of_counts(strong, 0.9) / contrast
 
 
 def sharpen_soft(img: Image.Image, text_height: float | None) -> tuple[Image.Image, float | None, bool]:
