@@ -203,3 +203,22 @@ def test_a_comma_before_one_or_two_digits_is_replaced_by_the_point_a_rereading_s
     first = ocr._Word("81,8", 93.0, 0, 0, 60, 20)
     assert ocr._surest_number(first, [("81.8", 82.0)]) == ("81.8", 82.0)
     assert ocr._surest_number(ocr._Word("33,773", 93.0, 0, 0, 60, 20), [("33.773", 95.0)]) is None
+
+
+def _doubted(page_text: str, read_as: str) -> tuple[list[ocr._Pass], Image.Image]:
+    page, box = _number_page(page_text)
+    sure = ocr._Word("copied", 96.0, box.left + box.width + 30, box.top, 80, box.height)
+    doubted = ocr._Word(read_as, 6.0, box.left, box.top, box.width, box.height)
+    return [ocr._Pass("layout", 0, [ocr._Line([doubted, sure], 0, unsure=1)])], page
+
+
+@pytest.mark.parametrize(
+    ("on_the_page", "doubted_reading", "kept"), [("638.3", "638.3:", "638.3"), ("12.5", "638.3", None)]
+)
+def test_a_doubted_number_is_kept_only_when_a_sure_rereading_has_its_digits(
+    on_the_page: str, doubted_reading: str, kept: str | None
+) -> None:
+    passes, page = _doubted(on_the_page, doubted_reading)
+    ocr._reread_numbers(page, passes, ["eng"])
+    words = [w.text for w in ocr._without_doubtful_words(passes)[0].lines[0].words]
+    assert words == ([kept, "copied"] if kept else ["copied"])

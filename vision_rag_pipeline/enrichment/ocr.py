@@ -66,6 +66,7 @@ REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey frin
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
 _LOOSE_DECIMAL_COMMA = re.compile(r"(\d),(\d{1,2})(?!\d)")
+_NUMBER = re.compile(r"^[$€£]?\d[\d.,:]*\d[%xX]?[.,:;]?$")  # two digits at least
 _PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?)[.,:;]?$")
 
 
@@ -87,7 +88,7 @@ class _Word:
 class _Line:
     words: list[_Word]
     order: int  # position in the pass's reading order
-    unscored: int = 0  # words Tesseract scored 0 but that read as plain words or numbers
+    unsure: int = 0  # words kept on probation: plain words Tesseract scored 0, numbers it doubted
 
     @property
     def text(self) -> str:
@@ -225,11 +226,12 @@ def _run_tesseract(gray: Image.Image, psm: int, languages: list[str]) -> list[_L
 
 
 def _parse_tsv(tsv: str) -> list[_Line]:
-    """Tesseract's words grouped by line; unsure words dropped, unscored ones kept when they look real.
+    """Tesseract's words grouped by line; unsure words dropped, some kept on probation.
 
     Tesseract 5 sometimes scores a correctly read word 0 ("1,611 invoices" in a line whose other
-    words score 95). A 0-scored word is kept, at medium confidence, when it is a plain word or
-    number and Tesseract was sure of another word on the same line.
+    words score 95): such a word is kept, at medium confidence, when it is a plain word or number.
+    A number it doubts (blurred "638.3" at 6) is kept at its score until the re-reading confirms or
+    drops it (`_reread_numbers`, `_without_doubtful_words`). Either needs a sure word on its line.
     """
     lines: dict[tuple[str, str, str], _Line] = {}
     for row in tsv.splitlines():
@@ -239,15 +241,16 @@ def _parse_tsv(tsv: str) -> list[_Line]:
         text = cells[11].strip()
         conf = float(cells[10])
         unscored = conf == 0 and bool(_PLAIN_WORD.match(text))
-        if not text or (conf < WORD_MIN_CONFIDENCE and not unscored) or not _TOKEN.search(text):
+        doubtful = conf < WORD_MIN_CONFIDENCE and not unscored and bool(_NUMBER.match(text))
+        if not text or (conf < WORD_MIN_CONFIDENCE and not (unscored or doubtful)) or not _TOKEN.search(text):
             continue
         word = _Word(text, MEDIUM_CONFIDENCE if unscored else conf, *(int(c) for c in cells[6:10]))
         key = (cells[2], cells[3], cells[4])
         if key not in lines:
             lines[key] = _Line([], len(lines))
         lines[key].words.append(word)
-        lines[key].unscored += unscored
-    return [line for line in lines.values() if len(line.words) > line.unscored and not _is_debris(line)]
+        lines[key].unsure += unscored or doubtful
+    return [line for line in lines.values() if len(line.words) > line.unsure and not _is_debris(line)]
 
 
 def _is_debris(line: _Line) -> bool:
@@ -488,11 +491,30 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
         rereadings = [reading[slot] for reading in (as_is, cleared) if slot in reading]
         for line, index in seen[box]:
             old = line.words[index]
+            if old.conf < WORD_MIN_CONFIDENCE:  # doubted: kept only if a sure re-reading has its digits
+                agreeing = [
+                    (text, conf)
+                    for text, conf in rereadings
+                    if _digits(text) == _digits(old.text) and conf >= EXTRA_LINE_MIN_CONFIDENCE
+                ]
+                if agreeing:
+                    text, conf = max(agreeing, key=lambda reading: (_separators(reading[0]), reading[1]))
+                    line.words[index] = replace(old, text=text, conf=conf)
+                continue
             surest = _surest_number(old, rereadings)
             if surest is None and (shaped := _with_lost_separator(page, old)):
                 surest = (shaped, old.conf)  # the shape is the last resort: Tesseract's readings come first
             if surest:
                 line.words[index] = replace(old, text=surest[0], conf=max(surest[1], old.conf))
+
+
+def _without_doubtful_words(passes: list[_Pass]) -> list[_Pass]:
+    """The passes without the numbers Tesseract doubted and no re-reading confirmed."""
+    for reading in passes:
+        for line in reading.lines:
+            line.words = [w for w in line.words if w.conf >= WORD_MIN_CONFIDENCE]
+        reading.lines = [line for line in reading.lines if line.words]
+    return passes
 
 
 def _tokens(text: str) -> set[str]:
@@ -573,7 +595,7 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
         rotated = page.rotate(rotation, expand=True, fillcolor=255)
         passes.append(_Pass(f"rotated {rotation}", rotation, _run_tesseract(rotated, 3, langs)))
     _reread_numbers(page, passes, langs)
-    return _result(_merge(passes), langs)
+    return _result(_merge(_without_doubtful_words(passes)), langs)
 
 
 def probe_text(img: Image.Image) -> OcrResult:
