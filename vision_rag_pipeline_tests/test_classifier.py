@@ -164,6 +164,34 @@ def test_text_rescues_an_image_named_like_decoration() -> None:
     assert _classify([_image(_paragraph(), "banner-icon.png")]) == ["VISION"]
 
 
+def _crooked_dialog() -> Image.Image:
+    """A low-contrast app dialog turned by 4 degrees: few edges for its size, three lines to read."""
+    img = Image.new("RGB", (820, 420), (220, 224, 230))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle([60, 50, 760, 370], fill=(238, 240, 242), outline=(200, 204, 210))
+    lines = [
+        "Backup of the Q4 2025 archive completed.",
+        "638.3 GB copied to offsite storage.",
+        "Elapsed time: 80.9 minutes.",
+    ]
+    for row, line in enumerate(lines):
+        draw.text((96, 130 + row * 50), line, fill=(140, 146, 156), font=_font(22))
+    return img.rotate(4, Image.Resampling.BICUBIC, fillcolor=(220, 224, 230))
+
+
+@needs_tesseract
+def test_a_plain_dialog_with_lines_of_text_goes_to_vision() -> None:
+    verdict = classify_images([_image(_crooked_dialog(), "screenshot-2.png")], ClassifierFeature())[0]
+    assert verdict.verdict == "VISION", verdict.reasons
+
+
+@needs_tesseract
+def test_a_hash_in_a_file_name_is_not_read_as_words() -> None:
+    verdict = classify_images([_image(_bar_chart(), "img_ad12aeb956.png")], ClassifierFeature())[0]
+    assert not any("file name mentions" in reason for reason in verdict.reasons)
+    assert _classify([_image(_logo(), "ad-banner.png")]) == ["IGNORE"]
+
+
 def test_undecodable_images_are_ignored_with_the_reason() -> None:
     broken = DocumentImage(url="cid:x", name="x.png", mime="image/png", data=b"garbage")
     verdict = classify_images([broken], ClassifierFeature())[0]

@@ -31,6 +31,8 @@ from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.ocr import OcrError, probe_text
 from vision_rag_pipeline.enrichment.preprocess import ImageError, is_svg, load_image, svg_text
 
+# Bump when a change here changes verdicts: the image_verdicts code version includes it.
+CLASSIFIER_REVISION = 2
 TINY_SIDE = 48  # px: smaller than 48x48 is an icon or a bullet
 TINY_AREA = 4_000  # px2: a 200x19 strip carries no fact either
 DIVIDER_ASPECT = 15.0
@@ -38,6 +40,7 @@ BANNER_ASPECT = 8.0
 ICON_SIDE = 128
 REPEAT_COUNT = 3
 STATS_SIDE = 128
+TEXT_BEARING_WORDS = 8  # the probe read this many words: the image carries text worth reading
 
 DECORATION_TAGS = frozenset(
     {"tracking-pixel", "tiny", "divider", "blank", "repeated", "logo", "icon", "decoration", "plain"}
@@ -85,6 +88,8 @@ _CONTENT_WORDS = (
     "map",
 )
 _WORD = re.compile(r"[a-z]+")
+_SEGMENT_SEPARATOR = re.compile(r"[^a-z0-9]+")
+_HEX_RUN = re.compile(r"[0-9a-f]{6,}")
 _NAME_PATTERN = re.compile(r"\d+")
 
 
@@ -144,7 +149,14 @@ class _Evidence:
 
 
 def _words(*texts: str) -> list[str]:
-    return [w for text in texts for w in _WORD.findall(text.lower())]
+    """The words of names and alt texts; hex runs ("img_ad12aeb956") are hashes, not words."""
+    return [
+        word
+        for text in texts
+        for segment in _SEGMENT_SEPARATOR.split(text.lower())
+        if not (_HEX_RUN.fullmatch(segment) and any(c.isdigit() for c in segment))
+        for word in _WORD.findall(segment)
+    ]
 
 
 def _name_pattern(name: str) -> str:
@@ -213,6 +225,8 @@ def _probe(img: Image.Image, evidence: _Evidence) -> None:
         evidence.reasons.append("text probe: no text")
         return
     confidence = _clamp(len(words) / 4) * probe.confidence / 100
+    if len(words) >= TEXT_BEARING_WORDS and probe.confidence >= 60:
+        confidence = max(confidence, 0.95)  # lines of readable text: content, whatever its drawing looks like
     evidence.tag(
         "text", confidence, f"text probe read {len(words)} words at confidence {probe.confidence:.0f}"
     )

@@ -14,6 +14,7 @@ import json
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.embeddings.encoder import resolve_precision
+from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
 from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 
 VERSION_LENGTH = 12
@@ -25,8 +26,13 @@ def _short_hash(settings: dict) -> str:
 
 
 def classifier_version(config: RagConfig) -> str:
-    """What decides IGNORE vs VISION: the classifier switch and threshold."""
-    return _short_hash({"classifier": config.media_enrichment.features.classifier.model_dump(mode="json")})
+    """What decides IGNORE vs VISION: the classifier switch and threshold, and the classifier's revision."""
+    return _short_hash(
+        {
+            "classifier": config.media_enrichment.features.classifier.model_dump(mode="json"),
+            "revision": CLASSIFIER_REVISION,
+        }
+    )
 
 
 def enrichment_version(config: RagConfig, engine: str) -> str:
