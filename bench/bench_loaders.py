@@ -35,7 +35,9 @@ def _pass(files: list[Path]) -> tuple[float, int, int, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "corpus")
+    parser.add_argument(
+        "--corpus", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "corpus"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     mhtml = sorted((args.corpus / "mhtml").iterdir())
