@@ -9,14 +9,12 @@ several of them is one hit with the combined score.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
-import psycopg
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel
@@ -127,16 +125,6 @@ def _where(document_ids: list[str] | None, kinds: list[str] | None, metadata: di
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-@contextmanager
-def _connection(conn: psycopg.Connection | None) -> Iterator[psycopg.Connection]:
-    """The caller's connection, or a new one: a search pays for one connection, not one per step."""
-    if conn is not None:
-        yield conn
-        return
-    with connect() as new:
-        yield new
-
-
 def vector_ranking(
     vector: np.ndarray,
     limit: int,
@@ -144,7 +132,6 @@ def vector_ranking(
     document_ids: list[str] | None = None,
     kinds: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
-    conn: psycopg.Connection | None = None,
 ) -> dict[str, float]:
     """Nearest chunks by cosine similarity through the HNSW index, filters applied in the scan.
 
@@ -152,7 +139,7 @@ def vector_ranking(
     so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
     """
     where, params = _where(document_ids, kinds, metadata)
-    with _connection(conn) as conn:
+    with connect() as conn:
         conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
         if where:
             conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
@@ -165,13 +152,11 @@ def vector_ranking(
     return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
 
 
-def chunk_similarities(
-    vector: np.ndarray, chunk_ids: Sequence[str], conn: psycopg.Connection | None = None
-) -> dict[str, float]:
+def chunk_similarities(vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
     """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
     if not chunk_ids:
         return {}
-    with _connection(conn) as conn:
+    with connect() as conn:
         rows = conn.execute(
             "SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks WHERE chunk_id = ANY(%s)",
             (Vector(vector), list(chunk_ids)),
@@ -243,15 +228,14 @@ def search_queries(
             config.embedding.model,
             precision=config.embedding.precision,
         )
-        with connect() as conn:
-            for (_, weight), vector in zip(queries, vectors[: len(queries)], strict=True):
-                scores = vector_ranking(
-                    vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata, conn
-                )
-                rankings.append(Ranking(scores, weight * retrieval.vector_weight))
-            if rescore:  # every candidate, on the same connection: the fused head is known only later
-                candidates = set().union(*(r.scores for r in rankings + lexical_rankings))
-                similarities = chunk_similarities(vectors[-1], sorted(candidates), conn)
+        for (_, weight), vector in zip(queries, vectors[: len(queries)], strict=True):
+            scores = vector_ranking(
+                vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata
+            )
+            rankings.append(Ranking(scores, weight * retrieval.vector_weight))
+        if rescore:  # every candidate: the fused head is known only later
+            candidates = set().union(*(r.scores for r in rankings + lexical_rankings))
+            similarities = chunk_similarities(vectors[-1], sorted(candidates))
     rankings += lexical_rankings
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
