@@ -4,8 +4,9 @@
     .venv/bin/python bench/ocr_fact_recall.py /tmp/q_eval [--docs 40]
 
 Runs `ocr_image` on every content image of the set (as the loaders extract it), checks each of its
-facts with the same matcher as `eval_retrieval.py`, and prints the share found and the median OCR
-time per image. It isolates OCR from ranking: a fact missing here cannot be found by any search.
+facts with the same matcher as `eval_retrieval.py`, and prints the share found (overall, per image
+kind, per degradation) with the median and total OCR time. It isolates OCR from ranking: a fact
+missing here cannot be found by any search.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     manifest = json.loads((args.out_dir / "manifest.json").read_text())
     found, total, seconds = Counter(), Counter(), []
+    found_by_degradation, total_by_degradation = Counter(), Counter()
     for doc in manifest["documents"][: args.docs]:
         with_facts = {image["sha256"]: image for image in doc["images"] if image["facts"]}
         for extracted in load_document(args.out_dir / "docs" / doc["file"]).images:
@@ -48,7 +50,10 @@ def main() -> None:
             seconds.append(time.perf_counter() - started)
             for fact in image["facts"]:
                 total[image["kind"]] += 1
-                found[image["kind"]] += contains_fact(text, str(fact))
+                hit = contains_fact(text, str(fact))
+                found[image["kind"]] += hit
+                total_by_degradation[image["degradation"]] += 1
+                found_by_degradation[image["degradation"]] += hit
     print(
         json.dumps(
             {
@@ -56,7 +61,12 @@ def main() -> None:
                 "facts": sum(total.values()),
                 "images": len(seconds),
                 "ocr_median_ms": round(1000 * statistics.median(seconds)) if seconds else None,
+                "ocr_total_s": round(sum(seconds), 1),
                 "by_kind": {kind: round(found[kind] / total[kind], 3) for kind in sorted(total)},
+                "by_degradation": {
+                    name: round(found_by_degradation[name] / total_by_degradation[name], 3)
+                    for name in sorted(total_by_degradation)
+                },
             },
             indent=2,
         )

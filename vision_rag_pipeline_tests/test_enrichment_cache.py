@@ -40,7 +40,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-dba5fc3ec820fb53800636f21d3c0838fb88aaf67e3fe9d85b85bcd28c743cf3"
+PINNED_KEY = "intranet-2024-07-22-37dfaffba9e08bae56e6ff37c60f663be566ef05916b2f649ab26420190d69c6"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -258,3 +258,11 @@ def test_blurred_images_are_told_from_sharp_ones_and_only_they_are_sharpened() -
     assert done and restored.size == (1400, 800) and height == 48.0
     back = restored.resize(blurred.size, Image.Resampling.LANCZOS).convert("L")
     assert edge_sharpness(np.asarray(back)) > edge_sharpness(np.asarray(blurred.convert("L")))
+
+
+def test_an_image_already_enlarged_for_ocr_is_sharpened_at_its_size() -> None:
+    small = _report_lines().resize((350, 200), Image.Resampling.LANCZOS)
+    enlarged = small.resize((1050, 600), Image.Resampling.BICUBIC)  # what scale_for_ocr does to small type
+    restored, height, done = sharpen_soft(enlarged, 20.0, enlarged=3.0)
+    assert done and restored.size == enlarged.size and height == 20.0
+    assert edge_sharpness(np.asarray(restored.convert("L"))) > edge_sharpness(np.asarray(enlarged.convert("L")))

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 2
+OCR_REVISION = 3
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -569,7 +569,7 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     langs = usable_languages(languages or ["eng"])
     upright, _ = deskew(img)
     rgb, text_height = scale_for_ocr(upright, keep_colour=True)
-    rgb, text_height, _ = sharpen_soft(rgb, text_height)
+    rgb, text_height, _ = sharpen_soft(rgb, text_height, enlarged=rgb.width / upright.width)
     ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
     page = _as_page(ink)
 

@@ -302,22 +302,30 @@ def edge_sharpness(gray: np.ndarray) -> float:
     return _percentile_of_counts(strong, 0.9) / contrast
 
 
-def sharpen_soft(img: Image.Image, text_height: float | None) -> tuple[Image.Image, float | None, bool]:
-    """Upscale (x2, within the pixel cap) and unsharp-mask an image whose edges are soft.
+def sharpen_soft(
+    img: Image.Image, text_height: float | None, enlarged: float = 1.0
+) -> tuple[Image.Image, float | None, bool]:
+    """Unsharp-mask an image whose edges are soft, upscaling it x2 first (within the pixel cap)
+    unless `scale_for_ocr` has already enlarged it by `enlarged` >= 1.5.
 
-    Blur merges a decimal point into its digits and thin strokes into their background; doubling
-    the resolution first gives the mask room to restore the gaps. Returns (image, text height, done).
+    Blur merges a decimal point into its digits and thin strokes into their background; a larger
+    image gives the mask room to restore the gaps. An enlarged image has that room already (and
+    its softness is partly the interpolation's): doubling it again made 5-11 megapixel pages that
+    read slower and no better. Returns (image, text height, done).
     """
     if edge_sharpness(np.asarray(img.convert("L"))) >= SOFT_EDGE_SHARPNESS:
         return img, text_height, False
-    scale = min(2.0, math.sqrt(OCR_MAX_PIXELS / (img.width * img.height)))
-    if scale > 1.1:
-        img = img.resize((round(img.width * scale), round(img.height * scale)), Image.Resampling.BICUBIC)
-        text_height = None if text_height is None else text_height * scale
+    if enlarged >= 1.5:
+        room = 2.0
     else:
-        scale = 1.0
+        room = min(2.0, math.sqrt(OCR_MAX_PIXELS / (img.width * img.height)))
+        if room > 1.1:
+            img = img.resize((round(img.width * room), round(img.height * room)), Image.Resampling.BICUBIC)
+            text_height = None if text_height is None else text_height * room
+        else:
+            room = 1.0
     return (
-        img.filter(ImageFilter.UnsharpMask(radius=2.0 * scale, percent=250, threshold=0)),
+        img.filter(ImageFilter.UnsharpMask(radius=2.0 * room, percent=250, threshold=0)),
         text_height,
         True,
     )
