@@ -265,4 +265,6 @@ def test_an_image_already_enlarged_for_ocr_is_sharpened_at_its_size() -> None:
     enlarged = small.resize((1050, 600), Image.Resampling.BICUBIC)  # what scale_for_ocr does to small type
     restored, height, done = sharpen_soft(enlarged, 20.0, enlarged=3.0)
     assert done and restored.size == enlarged.size and height == 20.0
-    assert edge_sharpness(np.asarray(restored.convert("L"))) > edge_sharpness(np.asarray(enlarged.convert("L")))
+    assert edge_sharpness(np.asarray(restored.convert("L"))) > edge_sharpness(
+        np.asarray(enlarged.convert("L"))
+    )
