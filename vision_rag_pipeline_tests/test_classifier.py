@@ -116,6 +116,26 @@ def test_decoration_is_ignored(kind: str) -> None:
     assert _classify([DECORATION[kind]()]) == ["IGNORE"]
 
 
+def _wordmark(size: tuple[int, int]) -> Image.Image:
+    """A company logo as report headers carry it: a coloured badge and the name beside it."""
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    draw.rounded_rectangle([4, 4, 50, 50], radius=8, fill="#1f4e79")
+    draw.text((14, 16), "RA", fill="white", font=_font(18))
+    draw.text((60, 14), "Redwater", fill="#1f4e79", font=_font(24))
+    return img
+
+
+@needs_tesseract
+def test_an_image_whose_alt_text_says_logo_is_ignored_only_at_a_logos_size() -> None:
+    # the file name is a hash: only the alt text says what it is
+    header_logo = _image(_wordmark((180, 54)), "img_33a4fed23e.png", alt="Redwater Analytics logo")
+    assert _classify([header_logo]) == ["IGNORE"]
+    # alone, an alt text is a hint too weak to drop a large image
+    large = _image(_bar_chart(), "img_5c1e0b7d2a.png", alt="Redwater Analytics logo")
+    assert _classify([large]) == ["VISION"]
+
+
 def test_the_same_decoration_three_times_is_ignored_everywhere() -> None:
     images = [_image(_icon(), "bullet.png"), _image(_paragraph()), _image(_icon(), "bullet.png")]
     images.append(_image(_icon(), "bullet.png"))

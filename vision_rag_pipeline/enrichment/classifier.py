@@ -32,12 +32,13 @@ from vision_rag_pipeline.enrichment.ocr import OcrError, probe_text
 from vision_rag_pipeline.enrichment.preprocess import ImageError, is_svg, load_image, svg_text
 
 # Bump when a change here changes verdicts: the image_verdicts code version includes it.
-CLASSIFIER_REVISION = 2
+CLASSIFIER_REVISION = 3
 TINY_SIDE = 48  # px: smaller than 48x48 is an icon or a bullet
 TINY_AREA = 4_000  # px2: a 200x19 strip carries no fact either
 DIVIDER_ASPECT = 15.0
 BANNER_ASPECT = 8.0
 ICON_SIDE = 128
+LOGO_SIDE = 256  # px: a header logo or a badge fits in this
 REPEAT_COUNT = 3
 STATS_SIDE = 128
 TEXT_BEARING_WORDS = 8  # the probe read this many words: the image carries text worth reading
@@ -197,21 +198,37 @@ def _picture_evidence(stats: ImageStats, evidence: _Evidence) -> None:
         evidence.tag("plain", 0.9 - structure, "few edges for its size and no photo texture: a plain graphic")
 
 
-def _text_evidence(image: DocumentImage, evidence: _Evidence) -> None:
+def _text_evidence(image: DocumentImage, evidence: _Evidence) -> set[str]:
+    """Tags the file name, alt text and caption suggest; returns the decoration tags they named."""
+    named = set()
     name_words = _words(image.name, image.url.rsplit("/", 1)[-1])
     alt_words = _words(image.alt, image.title)
     for word in name_words:
         if word in _DECORATION_WORDS:
             evidence.tag(_DECORATION_WORDS[word], 0.85, f"file name mentions '{word}'")
+            named.add(_DECORATION_WORDS[word])
     for word in alt_words:
         if word in _DECORATION_WORDS:
             evidence.tag(_DECORATION_WORDS[word], 0.75, f"alt text mentions '{word}'")
+            named.add(_DECORATION_WORDS[word])
     described = " ".join([image.alt, image.title, image.caption, image.name]).lower()
     for word in _CONTENT_WORDS:
         if word in described:
             tag = word if word in ("chart", "table", "screenshot", "diagram") else "figure"
             evidence.tag(tag, 0.8, f"described as '{word}'")
             break
+    return named
+
+
+def _named_and_sized_as_decoration(named: set[str], stats: ImageStats, evidence: _Evidence) -> None:
+    """A name or alt text that says logo or icon, on an image the size of one: two hints agreeing
+    are surer than either (an alt text alone, 0.75, stays under the default threshold)."""
+    if max(stats.width, stats.height) > LOGO_SIDE:
+        return
+    for tag in ("logo", "icon"):
+        if tag in named:
+            evidence.tag(tag, 0.9, f"named a {tag} and {stats.width}x{stats.height} px, the size of one")
+            return
 
 
 def _probe(img: Image.Image, evidence: _Evidence) -> None:
@@ -272,7 +289,7 @@ def classify_image(
         evidence.tag("repeated", 1.0, f"the same image appears {repeats} times in the document")
     elif pattern_repeats >= REPEAT_COUNT and max(stats.width, stats.height) <= 2 * ICON_SIDE:
         evidence.tag("repeated", 0.85, f"{pattern_repeats} small images share the name pattern")
-    _text_evidence(image, evidence)
+    _named_and_sized_as_decoration(_text_evidence(image, evidence), stats, evidence)
     hard = evidence.strongest(decoration=True) >= 1.0
     if not hard and _verdict(image, evidence, threshold).verdict == "IGNORE":
         _probe(img, evidence)  # only a doubtful IGNORE is worth a Tesseract run: text can rescue it
