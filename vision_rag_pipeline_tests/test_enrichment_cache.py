@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
+from vision_rag_pipeline.indexes.postgres import DDL_LOCK_ID
 
 DAY = 24 * 3600
 IMAGE = b"tiny image bytes"
@@ -206,3 +210,25 @@ def test_a_batch_lookup_is_one_query(cache: EnrichmentCache, monkeypatch: pytest
     monkeypatch.setattr(psycopg.Connection, "execute", counting)
     assert len(cache.get_many(keys, expiry=None)) == 20
     assert len([s for s in statements if "enrichment_cache" in s]) == 1
+
+
+def test_the_cache_table_is_created_under_the_schema_lock(pg_url: str) -> None:
+    """Two ingest workers starting on a fresh database both create the table: unserialized, one
+    of them failed its document with "duplicate key ... pg_type_typname_nsp_index"."""
+    database = f"cache_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    fresh_url = conninfo_to_dict(pg_url) | {"dbname": database}
+    fresh = make_conninfo(**fresh_url)
+    with psycopg.connect(fresh, autocommit=True) as other_worker:
+        other_worker.execute("SELECT pg_advisory_lock(%s)", (DDL_LOCK_ID,))  # mid-way through its own DDL
+        lookup = threading.Thread(
+            target=EnrichmentCache(fresh).get_many, args=([_key()],), kwargs={"expiry": None}
+        )
+        lookup.start()
+        lookup.join(timeout=1.0)
+        assert lookup.is_alive(), "the table was created without waiting for the schema lock"
+        other_worker.execute("SELECT pg_advisory_unlock(%s)", (DDL_LOCK_ID,))
+        lookup.join(timeout=30)
+        assert not lookup.is_alive()
+        assert other_worker.execute("SELECT to_regclass('enrichment_cache')").fetchone()[0] is not None

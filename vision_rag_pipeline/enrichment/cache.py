@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from vision_rag_pipeline.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
-from vision_rag_pipeline.indexes.postgres import connect
+from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
 
 OFFLINE_ENGINE = "offline"
 
@@ -112,23 +112,16 @@ class EnrichmentCache:
         self.url = url
         self.clock = clock
         self.stats = CacheStats()
-        self._table_ready = False
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), tz=UTC)
-
-    def _ensure_table(self) -> None:
-        if not self._table_ready:
-            with connect(self.url) as conn:
-                conn.execute(_CREATE_TABLE)
-            self._table_ready = True
 
     def get_many(self, keys: Iterable[str], *, expiry: str | None) -> dict[str, EnrichmentResult]:
         """The live entries among `keys` (marked `cached=True`); each hit is kept for `expiry` more."""
         wanted = sorted(set(keys))
         if not wanted:
             return {}
-        self._ensure_table()
+        ensure_schema(_CREATE_TABLE, self.url)
         now = self._now()
         expires_at = None if expiry is None else now + timedelta(seconds=parse_expiry_seconds(expiry))
         with connect(self.url) as conn:
@@ -145,7 +138,7 @@ class EnrichmentCache:
         """Store (or replace) each result under its key, expiring `expiry` from now."""
         if not results:
             return
-        self._ensure_table()
+        ensure_schema(_CREATE_TABLE, self.url)
         now = self._now()
         expires_at = None if expiry is None else now + timedelta(seconds=parse_expiry_seconds(expiry))
         rows = [

@@ -26,7 +26,7 @@ _applied_ddl: set[tuple[str, str]] = set()
 _idle: dict[str, list[tuple[float, psycopg.Connection]]] = {}
 MAX_IDLE = 4  # per database URL and process
 IDLE_SECONDS = 30.0
-_DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across processes
+DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across processes
 
 
 def database_url() -> str:
@@ -93,7 +93,7 @@ def _idle_connection(url: str) -> psycopg.Connection | None:
 def _open(url: str) -> psycopg.Connection:
     conn = psycopg.connect(url)
     if url not in _urls_with_extension:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_ID,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_ID,))
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.commit()
         _urls_with_extension.add(url)
@@ -107,6 +107,6 @@ def ensure_schema(ddl: str, url: str | None = None) -> None:
     if (url, ddl) in _applied_ddl:
         return
     with connect(url) as conn:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_ID,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_ID,))
         conn.execute(ddl)
     _applied_ddl.add((url, ddl))
