@@ -15,7 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.indexes.postgres import DDL_LOCK_ID
+from vision_rag_pipeline.indexes.postgres import DDL_LOCK_ID, connect
 
 DAY = 24 * 3600
 IMAGE = b"tiny image bytes"
@@ -220,6 +220,8 @@ def test_the_cache_table_is_created_under_the_schema_lock(pg_url: str) -> None:
         admin.execute(f"CREATE DATABASE {database}")
     fresh_url = conninfo_to_dict(pg_url) | {"dbname": database}
     fresh = make_conninfo(**fresh_url)
+    with connect(fresh):  # this process has connected before: the pgvector extension is in place
+        pass
     with psycopg.connect(fresh, autocommit=True) as other_worker:
         other_worker.execute("SELECT pg_advisory_lock(%s)", (DDL_LOCK_ID,))  # mid-way through its own DDL
         lookup = threading.Thread(
