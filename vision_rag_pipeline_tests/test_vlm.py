@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import openai
@@ -168,3 +171,11 @@ def test_client_from_env_prefers_azure(monkeypatch: pytest.MonkeyPatch) -> None:
     assert vision is not None
     assert isinstance(vision.client, openai.AzureOpenAI)
     assert vision.engine == "azure:https://example.openai.azure.com"
+
+
+def test_offline_the_pipeline_never_imports_the_openai_client() -> None:
+    """Importing `openai` costs ~0.7 s, paid by every ingest worker and CLI call that needs no endpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AZURE_OPENAI_"))}
+    code = "import sys, vision_rag_pipeline.definitions; print('openai' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"

@@ -8,7 +8,9 @@ failures, and still run concurrently; the extra cost is the prompt text repeated
 small next to the image tokens (a 1024-px image costs 765).
 
 The `openai` client runs with `max_retries=0`: retries happen here, with exponential backoff,
-jitter and Retry-After, so the attempt bound and the sleep are ours (and testable).
+jitter and Retry-After, so the attempt bound and the sleep are ours (and testable). `openai` is
+imported only once an endpoint is configured: offline, every ingest worker and CLI call would pay
+~0.7 s to import it for nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
-
-import openai
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vision_rag_pipeline.config import MllmFeature
+
+if TYPE_CHECKING:
+    import openai
 
 DEFAULT_TIMEOUT_S = 60.0
 RETRIABLE_STATUS = {408, 409, 429}
@@ -95,6 +98,8 @@ class VisionClient:
 
     def complete(self, model: str, messages: list[dict[str, Any]], llm_kwargs: dict[str, Any]) -> str:
         """The reply text, retrying 429/5xx/timeouts/connection errors; VisionError once exhausted."""
+        import openai
+
         last_error: Exception | None = None
         for attempt in range(self.max_attempts):
             try:
@@ -151,6 +156,8 @@ def _retry_after_s(headers: Any) -> float | None:
 
 
 def _error_text(exc: Exception | None) -> str:
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"
@@ -166,6 +173,8 @@ def vision_client_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> VisionClient
     azure_endpoint = os.environ.get("AZURE_OPENAI_ENDPOINT")
     azure_key = os.environ.get("AZURE_OPENAI_API_KEY")
     if azure_endpoint and azure_key:
+        import openai
+
         client: openai.OpenAI = openai.AzureOpenAI(
             azure_endpoint=azure_endpoint,
             api_key=azure_key,
@@ -178,5 +187,7 @@ def vision_client_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> VisionClient
     base_url = os.environ.get("OPENAI_BASE_URL")
     if not (api_key or base_url):
         return None
+    import openai
+
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout_s)
     return VisionClient(client, engine=f"openai:{str(client.base_url).rstrip('/')}")
