@@ -222,3 +222,35 @@ def test_a_doubted_number_is_kept_only_when_a_sure_rereading_has_its_digits(
     ocr._reread_numbers(page, passes, ["eng"])
     words = [w.text for w in ocr._without_doubtful_words(passes)[0].lines[0].words]
     assert words == ([kept, "copied"] if kept else ["copied"])
+
+
+def _line_chart(values: list[float], months: list[str]) -> Image.Image:
+    """A monthly line chart with each value printed just above its marker, as dashboards draw them."""
+    img = Image.new("RGB", (900, 520), "white")
+    draw = ImageDraw.Draw(img)
+    draw.text((40, 22), "Monthly active users, Q1 2025 (thousands)", fill="#222222", font=_font(28))
+    for tick in range(4):
+        y = 450 - 340 * tick / 3
+        draw.line((90, y, 860, y), fill="#e6e6e6", width=1)
+        draw.text((78, y), str(125 * tick), anchor="rm", fill="#888888", font=_font(16))
+    points = [(150 + 650 * i / (len(values) - 1), 450 - 340 * v / 375) for i, v in enumerate(values)]
+    draw.line(points, fill="#1f4e79", width=4)
+    for (x, y), value, month in zip(points, values, months, strict=True):
+        draw.ellipse((x - 7, y - 7, x + 7, y + 7), fill="#1f4e79")
+        draw.text((x, y - 14), f"{value}", anchor="mb", fill="#222222", font=_font(26))
+        draw.text((x, 464), month, anchor="mt", fill="#333333", font=_font(22))
+    return img
+
+
+def test_a_value_label_sitting_on_a_blurred_chart_line_is_read() -> None:
+    # Tesseract reads the middle label and the line under it as one page-wide word ("O79");
+    # the label is then found as unread glyphs and read on its own
+    chart = _line_chart([311.7, 279.4, 304.7], ["Jan", "Feb", "Mar"]).filter(ImageFilter.GaussianBlur(1.4))
+    assert {"311.7", "279.4", "304.7", "jan", "feb", "mar"} <= _words(ocr_image(chart, ["eng"]).text)
+
+
+def test_a_word_box_far_wider_than_its_letters_hides_no_ink() -> None:
+    page = Image.new("L", (1200, 200), 255)
+    ImageDraw.Draw(page).text((600, 60), "279.4", fill=0, font=_font(40))
+    runaway = ocr._Line([ocr._Word("O79", 40.0, 100, 40, 1000, 80)], order=0)
+    assert ocr._leftover_labels(page, [runaway], 40.0) == ocr._leftover_labels(page, [], 40.0) != []

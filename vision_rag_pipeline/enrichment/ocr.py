@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 3
+OCR_REVISION = 4
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -320,20 +320,62 @@ def _as_page(ink: np.ndarray) -> Image.Image:
     return Image.fromarray((255 - scaled).astype(np.uint8), mode="L")
 
 
-def _unread_ink_ratio(page: Image.Image, lines: list[_Line]) -> float:
-    """Share of the ink that no read word covers: labels a layout pass skipped."""
+def _unread_ink(page: Image.Image, lines: list[_Line]) -> tuple[np.ndarray, np.ndarray]:
+    """(ink mask, the part of it no read word covers).
+
+    A word box far wider than its letters (a chart's line read as "O79") covers nothing.
+    """
     ink = np.asarray(page) < 128
-    total = int(ink.sum())
-    if total == 0:
-        return 0.0
     covered = np.zeros_like(ink)
-    for word in (w for line in lines for w in line.words):
+    for word in (w for line in lines for w in line.words if w.width <= w.height * (len(w.text) + 1)):
         pad = max(2, word.height // 3)
         covered[
             max(0, word.top - pad) : word.top + word.height + pad,
             max(0, word.left - pad) : word.left + word.width + pad,
         ] = True
-    return float((ink & ~covered).sum()) / total
+    return ink, ink & ~covered
+
+
+def _unread_ink_ratio(page: Image.Image, lines: list[_Line]) -> float:
+    """Share of the ink that no read word covers: labels a layout pass skipped."""
+    ink, unread = _unread_ink(page, lines)
+    total = int(ink.sum())
+    return float(unread.sum()) / total if total else 0.0
+
+
+def _leftover_labels(
+    page: Image.Image, lines: list[_Line], text_height: float
+) -> list[tuple[int, int, int, int]]:
+    """Boxes (left, top, right, bottom) of unread glyph rows: a value label no pass read.
+
+    A label sitting on a chart's line or beside its marker is lost by every page-level pass
+    (Tesseract takes the line for part of the text). Unread ink is cut into connected blobs;
+    blobs of a glyph's height side by side on one baseline form a label, at least two glyphs
+    wide. Lines, bars and markers are other shapes and stay out.
+    """
+    _, unread = _unread_ink(page, lines)
+    labels, _ = ndimage.label(unread, structure=np.ones((3, 3)))
+    glyphs = sorted(
+        (cols.start, rows.start, cols.stop, rows.stop)
+        for rows, cols in ndimage.find_objects(labels)
+        if 0.5 * text_height <= rows.stop - rows.start <= 1.6 * text_height
+        and cols.stop - cols.start <= 1.5 * (rows.stop - rows.start)
+    )
+    rows_of_glyphs: list[list[tuple[int, int, int, int]]] = []
+    for glyph in glyphs:
+        for row in rows_of_glyphs:
+            last = row[-1]
+            overlap = min(last[3], glyph[3]) - max(last[1], glyph[1])
+            if glyph[0] - last[2] <= 0.8 * text_height and overlap >= 0.6 * (glyph[3] - glyph[1]):
+                row.append(glyph)
+                break
+        else:
+            rows_of_glyphs.append([glyph])
+    return [
+        (min(g[0] for g in row), min(g[1] for g in row), max(g[2] for g in row), max(g[3] for g in row))
+        for row in rows_of_glyphs
+        if len(row) >= 2
+    ][:REREAD_MAX_WORDS]
 
 
 def _looks_vertical(page: Image.Image) -> bool:
@@ -430,8 +472,13 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
 
 
-def _read_sheet(crops: list[Image.Image], languages: list[str]) -> dict[int, tuple[str, float]]:
-    """Read word crops stacked on one sheet, one per line (one Tesseract read): {crop index: (text, conf)}."""
+def _read_sheet(
+    crops: list[Image.Image], languages: list[str], joiner: str = ""
+) -> dict[int, tuple[str, float]]:
+    """Read crops stacked on one sheet, one per line (one Tesseract read): {crop index: (text, conf)}.
+
+    A crop's words are joined by `joiner`: nothing for a number Tesseract split ("74 .6").
+    """
     gap = REREAD_TEXT_HEIGHT
     sheet = Image.new(
         "L", (max(c.width for c in crops) + 2 * gap, sum(c.height + gap for c in crops) + gap), 255
@@ -450,11 +497,41 @@ def _read_sheet(crops: list[Image.Image], languages: list[str]) -> dict[int, tup
     # enlarged, a blurred point often reads as a comma; a comma before one or two digits is a point
     return {
         slot: (
-            _LOOSE_DECIMAL_COMMA.sub(r"\1.\2", "".join(w.text for w in sorted(words, key=lambda w: w.left))),
+            _LOOSE_DECIMAL_COMMA.sub(
+                r"\1.\2", joiner.join(w.text for w in sorted(words, key=lambda w: w.left))
+            ),
             min(w.conf for w in words),
         )
         for slot, words in found.items()
     }
+
+
+def _enlarged_crop(page: Image.Image, box: tuple[int, int, int, int]) -> Image.Image:
+    """The box, padded, enlarged so its text is `REREAD_TEXT_HEIGHT` px tall (up to x4)."""
+    left, top, right, bottom = box
+    pad = max(3, (bottom - top) // 3)
+    crop = page.crop((left - pad, top - pad, right + pad, bottom + pad))
+    scale = min(REREAD_MAX_SCALE, max(1.0, REREAD_TEXT_HEIGHT / max(bottom - top, 1)))
+    return crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
+
+
+def _read_leftover_labels(page: Image.Image, passes: list[_Pass], languages: list[str]) -> _Pass | None:
+    """The unread labels (`_leftover_labels`) read on one sheet; only sure readings become lines."""
+    read = [line for reading in passes if reading.rotation == 0 for line in reading.lines]
+    heights = [w.height for line in read for w in line.words]
+    if not heights:
+        return None
+    boxes = _leftover_labels(page, read, float(np.median(heights)))
+    if not boxes:
+        return None
+    readings = _read_sheet([_enlarged_crop(page, box) for box in boxes], languages, joiner=" ")
+    lines = [
+        _Line([_Word(text, conf, left, top, right - left, bottom - top)], order=slot)
+        for slot, (text, conf) in readings.items()
+        if conf >= EXTRA_LINE_MIN_CONFIDENCE and _TOKEN.search(text)
+        for left, top, right, bottom in [boxes[slot]]
+    ]
+    return _Pass("labels", 0, lines) if lines else None
 
 
 def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]) -> None:
@@ -477,14 +554,9 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
     boxes = list(seen)[:REREAD_MAX_WORDS]
     if not boxes:
         return
-    crops = []
-    for left, top, width, height in boxes:
-        pad = max(3, height // 3)
-        crop = page.crop((left - pad, top - pad, left + width + pad, top + height + pad))
-        scale = min(REREAD_MAX_SCALE, max(1.0, REREAD_TEXT_HEIGHT / max(height, 1)))
-        crops.append(
-            crop.resize((round(crop.width * scale), round(crop.height * scale)), Image.Resampling.LANCZOS)
-        )
+    crops = [
+        _enlarged_crop(page, (left, top, left + width, top + height)) for left, top, width, height in boxes
+    ]
     as_is = _read_sheet(crops, languages)
     cleared = _read_sheet([c.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255) for c in crops], languages)
     for slot, box in enumerate(boxes):
@@ -564,7 +636,8 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
     A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure, and the
     other layout mode when ink is still unread (point labels beside a chart's line); when the best reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
-    vertically) or by 180 degrees (reading is poor). Finally the numbers are re-read, enlarged.
+    vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
+    line) are then read on their own, and finally the numbers are re-read, enlarged.
     """
     langs = usable_languages(languages or ["eng"])
     upright, _ = deskew(img)
@@ -594,6 +667,8 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     for rotation in rotations[: MAX_PASSES - len(passes)]:
         rotated = page.rotate(rotation, expand=True, fillcolor=255)
         passes.append(_Pass(f"rotated {rotation}", rotation, _run_tesseract(rotated, 3, langs)))
+    if labels := _read_leftover_labels(page, passes, langs):
+        passes.append(labels)
     _reread_numbers(page, passes, langs)
     return _result(_merge(_without_doubtful_words(passes)), langs)
 
