@@ -42,6 +42,14 @@ def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path:
         latest = plain.get_latest_materialization_event(dg.AssetKey("indexed"))
         assert latest is not None and latest.asset_materialization.metadata["rows"].value in (1, 2, 3)
         assert plain.get_materialized_partitions(dg.AssetKey("indexed")) == {"a", "bb", "ccc"}
+        # each run's own event database (copied from an empty template) reads as Dagster wrote it
+        runs = plain.get_runs()
+        assert set(plain.event_log_storage.get_all_run_ids()) == {run.run_id for run in runs}
+        for run in runs:
+            assert any(
+                event.dagster_event_type == dg.DagsterEventType.RUN_SUCCESS
+                for event in plain.all_logs(run.run_id)
+            )
 
 
 def test_a_dagster_yaml_of_the_users_own_is_left_alone(tmp_path: Path) -> None:
