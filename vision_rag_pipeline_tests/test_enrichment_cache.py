@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-ab85a1c277a092522533e3970e2e43e66a7b151274e2b45ad7aafe2207eee7a1"
+PINNED_KEY = "intranet-2024-07-22-9ab9ad0e133b9da9f882ec067a04989837460174d2c1708b5801cfeebe284f6b"
 
 
 def _config(**changes: Any) -> RagConfig:

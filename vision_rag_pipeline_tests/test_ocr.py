@@ -213,9 +213,10 @@ def _doubted(page_text: str, read_as: str) -> tuple[list[ocr._Pass], Image.Image
 
 
 @pytest.mark.parametrize(
-    ("on_the_page", "doubted_reading", "kept"), [("638.3", "638.3:", "638.3"), ("12.5", "638.3", None)]
+    ("on_the_page", "doubted_reading", "kept"),
+    [("638.3", "638.3:", "638.3"), ("12.5", "638.3", "12.5"), ("ABC", "638.3", None)],
 )
-def test_a_doubted_number_is_kept_only_when_a_sure_rereading_has_its_digits(
+def test_a_doubted_number_is_kept_only_when_a_sure_rereading_confirms_or_corrects_it(
     on_the_page: str, doubted_reading: str, kept: str | None
 ) -> None:
     passes, page = _doubted(on_the_page, doubted_reading)

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 4
+OCR_REVISION = 5
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -230,7 +230,7 @@ def _parse_tsv(tsv: str) -> list[_Line]:
 
     Tesseract 5 sometimes scores a correctly read word 0 ("1,611 invoices" in a line whose other
     words score 95): such a word is kept, at medium confidence, when it is a plain word or number.
-    A number it doubts (blurred "638.3" at 6) is kept at its score until the re-reading confirms or
+    A number it doubts (blurred "638.3" at 6) is kept at its score until the re-reading confirms, corrects or
     drops it (`_reread_numbers`, `_without_doubtful_words`). Either needs a sure word on its line.
     """
     lines: dict[tuple[str, str, str], _Line] = {}
@@ -563,11 +563,14 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
         rereadings = [reading[slot] for reading in (as_is, cleared) if slot in reading]
         for line, index in seen[box]:
             old = line.words[index]
-            if old.conf < WORD_MIN_CONFIDENCE:  # doubted: kept only if a sure re-reading has its digits
+            if old.conf < WORD_MIN_CONFIDENCE:
+                # doubted: kept only if a sure re-reading has its digits, or replaced by a number
+                # the re-reading is certain of (a blurred "525.5" first read as "25:5" at 0)
                 agreeing = [
                     (text, conf)
                     for text, conf in rereadings
-                    if _digits(text) == _digits(old.text) and conf >= EXTRA_LINE_MIN_CONFIDENCE
+                    if (_digits(text) == _digits(old.text) and conf >= EXTRA_LINE_MIN_CONFIDENCE)
+                    or (conf >= HIGH_CONFIDENCE and _NUMBER.match(text))
                 ]
                 if agreeing:
                     text, conf = max(agreeing, key=lambda reading: (_separators(reading[0]), reading[1]))
