@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +20,19 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
 @pytest.fixture(scope="session")
-def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh state directory for the whole session (embedded Postgres lives here)."""
+def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh state directory for the whole session (embedded Postgres lives here).
+
+    The embedded server is started detached, for the CLI's sake; the session stops its own.
+    """
     path = tmp_path_factory.mktemp("vision_rag_home")
     os.environ["VISION_RAG_HOME"] = str(path)
     os.environ["DAGSTER_HOME"] = str(path / "dagster")
     (path / "dagster").mkdir()
-    return path
+    yield path
+    postmaster = path / "pgdata" / "postmaster.pid"
+    if postmaster.exists():
+        os.kill(int(postmaster.read_text().split()[0]), signal.SIGINT)  # fast shutdown
 
 
 @pytest.fixture(scope="session")
