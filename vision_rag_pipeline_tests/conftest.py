@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ORIGINAL_ES_URL = os.environ.get("VISION_RAG_ES_URL")  # a real cluster for the lexical contract suite
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -41,3 +44,13 @@ def pg_url(vision_rag_home: Path) -> str:
     from vision_rag_pipeline.indexes.postgres import database_url
 
     return database_url()
+
+
+@pytest.fixture
+def fresh_database(pg_url: str) -> str:
+    """The URL of a new, empty database on the session's Postgres: for tests that swap or create
+    tables without disturbing the other tests' index."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return make_conninfo(**(conninfo_to_dict(pg_url) | {"dbname": name}))

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from vision_rag_pipeline.config import RagConfig
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache, cache_key
@@ -212,20 +211,15 @@ def test_a_batch_lookup_is_one_query(cache: EnrichmentCache, monkeypatch: pytest
     assert len([s for s in statements if "enrichment_cache" in s]) == 1
 
 
-def test_the_cache_table_is_created_under_the_schema_lock(pg_url: str) -> None:
+def test_the_cache_table_is_created_under_the_schema_lock(fresh_database: str) -> None:
     """Two ingest workers starting on a fresh database both create the table: unserialized, one
     of them failed its document with "duplicate key ... pg_type_typname_nsp_index"."""
-    database = f"cache_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    fresh_url = conninfo_to_dict(pg_url) | {"dbname": database}
-    fresh = make_conninfo(**fresh_url)
-    with connect(fresh):  # this process has connected before: the pgvector extension is in place
+    with connect(fresh_database):  # this process has connected before: the pgvector extension is in place
         pass
-    with psycopg.connect(fresh, autocommit=True) as other_worker:
+    with psycopg.connect(fresh_database, autocommit=True) as other_worker:
         other_worker.execute("SELECT pg_advisory_lock(%s)", (DDL_LOCK_ID,))  # mid-way through its own DDL
         lookup = threading.Thread(
-            target=EnrichmentCache(fresh).get_many, args=([_key()],), kwargs={"expiry": None}
+            target=EnrichmentCache(fresh_database).get_many, args=([_key()],), kwargs={"expiry": None}
         )
         lookup.start()
         lookup.join(timeout=1.0)

@@ -1,10 +1,8 @@
 """Reindex: both indexes rebuilt aside and swapped in while searches keep answering."""
 
 import threading
-import uuid
 
 import numpy as np
-import psycopg
 import pytest
 
 from vision_rag_pipeline.chunks.model import Chunk
@@ -15,15 +13,6 @@ from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 DIM = 16
 DOCUMENTS = 6
 CHUNKS_PER_DOCUMENT = 40
-
-
-@pytest.fixture
-def database(pg_url: str) -> str:
-    """A database of its own, so swapping tables cannot disturb the other tests' index."""
-    name = f"reindex_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return pg_url.replace("/postgres?", f"/{name}?", 1)
 
 
 def chunks_of(document_id: str) -> list[Chunk]:
@@ -44,15 +33,15 @@ def unit(vectors: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture
-def populated(database: str, tmp_path):
-    store = PgVectorStore(DIM, database)
+def populated(fresh_database: str, tmp_path):
+    store = PgVectorStore(DIM, fresh_database)
     rng = np.random.default_rng(7)
     for d in range(DOCUMENTS):
         store.replace_document(
             f"doc{d}", chunks_of(f"doc{d}"), unit(rng.normal(size=(CHUNKS_PER_DOCUMENT, DIM)))
         )
     lexical = open_tantivy_index(tmp_path / "lexical")
-    rebuild_lexical(lexical, database)
+    rebuild_lexical(lexical, fresh_database)
     return store, lexical
 
 
@@ -65,7 +54,7 @@ def search_until(stop: threading.Event, store: PgVectorStore, lexical, outcomes:
             outcomes.append(exc)
 
 
-def test_searches_answer_throughout_a_rebuild_and_swap(populated, database):
+def test_searches_answer_throughout_a_rebuild_and_swap(populated, fresh_database):
     store, lexical = populated
     before = {hit.chunk_id for hit in store.search(unit(np.ones((1, DIM)))[0], 20)}
     stop, outcomes = threading.Event(), []
@@ -73,8 +62,8 @@ def test_searches_answer_throughout_a_rebuild_and_swap(populated, database):
     searcher.start()
     try:
         for _ in range(3):
-            vector_report = rebuild_tables(database)
-            lexical_docs = rebuild_lexical(lexical, database)
+            vector_report = rebuild_tables(fresh_database)
+            lexical_docs = rebuild_lexical(lexical, fresh_database)
     finally:
         stop.set()
         searcher.join()
@@ -88,14 +77,14 @@ def test_searches_answer_throughout_a_rebuild_and_swap(populated, database):
     assert lexical.count() == DOCUMENTS * CHUNKS_PER_DOCUMENT
 
 
-def test_writes_during_a_rebuild_land_in_the_new_table(populated, database):
+def test_writes_during_a_rebuild_land_in_the_new_table(populated, fresh_database):
     store, _ = populated
-    rebuild_tables(database)
+    rebuild_tables(fresh_database)
     store.replace_document("doc0", chunks_of("doc0")[:3], unit(np.ones((3, DIM))))
     assert store.count("doc0") == 3 and store.count() == (DOCUMENTS - 1) * CHUNKS_PER_DOCUMENT + 3
 
 
-def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated, database):
+def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated, fresh_database):
     store, _ = populated
     new_dim = 8
     embedded: list[str] = []
@@ -104,9 +93,9 @@ def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated
         embedded.extend(texts)
         return unit(np.arange(1, new_dim + 1, dtype=np.float32)[None, :].repeat(len(texts), axis=0))
 
-    report = rebuild_tables(database, embed=embed, dim=new_dim)
+    report = rebuild_tables(fresh_database, embed=embed, dim=new_dim)
 
-    assert report.reembedded and report.dim == new_dim == vector_dimension(database)
+    assert report.reembedded and report.dim == new_dim == vector_dimension(fresh_database)
     assert len(embedded) == report.chunks == DOCUMENTS * CHUNKS_PER_DOCUMENT
-    hits = PgVectorStore(new_dim, database).search(unit(np.ones((1, new_dim)))[0], 3)
+    hits = PgVectorStore(new_dim, fresh_database).search(unit(np.ones((1, new_dim)))[0], 3)
     assert len(hits) == 3
