@@ -46,6 +46,11 @@ event_log_storage:
   class: LocalEventLogStorage
   config:
     base_dir: {home}/history/runs
+compute_logs:  # captured for the UI, not echoed to the terminal (no tail processes per run)
+  module: vision_rag_pipeline.local_storage
+  class: CapturedComputeLogManager
+  config:
+    base_dir: {home}/storage
 """
 
 

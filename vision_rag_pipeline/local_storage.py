@@ -12,18 +12,23 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 
 import dagster
 import sqlalchemy
+from dagster._core.execution.compute_logs import redirect_to_file
+from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
+from dagster._utils import ensure_file, touch_file
 from sqlalchemy.engine import Connection, Engine
 
 RUN_SHARD_ENGINES = 4  # one event-log database per run: keep the engines of the latest few runs
@@ -139,3 +144,29 @@ class LocalRunStorage(SqliteRunStorage):
             self._reused_engine = _engine(self._conn_string)
         with self._reused_engine.connect() as conn, conn.begin():
             yield conn
+
+
+class CapturedComputeLogManager(LocalComputeLogManager):
+    """`LocalComputeLogManager` that captures a run's stdout and stderr to the same files (the UI shows
+    them as usual) without echoing them to the terminal.
+
+    Dagster's echo starts four processes per capture: a `tail -F` per stream, each watched by a
+    fresh Python interpreter, about 0.1 s of CPU per ingested document. Our steps report through
+    `context.log`, which reaches the run's events and the terminal without them.
+    """
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: ConfigurableClassData | None, config_value
+    ) -> CapturedComputeLogManager:
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:
+        outpath = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
+        errpath = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
+        ensure_file(outpath)
+        ensure_file(errpath)
+        with redirect_to_file(sys.stdout, outpath), redirect_to_file(sys.stderr, errpath):
+            yield CapturedLogContext(log_key)
+        touch_file(self.complete_artifact_path(log_key))

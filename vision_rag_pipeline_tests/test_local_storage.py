@@ -5,13 +5,18 @@ from pathlib import Path
 import dagster as dg
 
 from vision_rag_pipeline.ingest import write_local_instance_config
-from vision_rag_pipeline.local_storage import LocalEventLogStorage, LocalRunStorage
+from vision_rag_pipeline.local_storage import (
+    CapturedComputeLogManager,
+    LocalEventLogStorage,
+    LocalRunStorage,
+)
 
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
 
 @dg.asset(partitions_def=documents)
 def loaded(context: dg.AssetExecutionContext) -> str:
+    print(f"stdout of {context.partition_key}")  # what a user's print looks like
     return context.partition_key
 
 
@@ -32,6 +37,7 @@ def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path:
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         assert isinstance(instance.run_storage, LocalRunStorage)
         assert isinstance(instance.event_log_storage, LocalEventLogStorage)
+        assert isinstance(instance.compute_log_manager, CapturedComputeLogManager)
         _run_three_documents(instance)
 
     # the UI of a user who deleted our dagster.yaml: Dagster's default SQLite storage, same files
@@ -46,10 +52,15 @@ def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path:
         runs = plain.get_runs()
         assert set(plain.event_log_storage.get_all_run_ids()) == {run.run_id for run in runs}
         for run in runs:
-            assert any(
-                event.dagster_event_type == dg.DagsterEventType.RUN_SUCCESS
-                for event in plain.all_logs(run.run_id)
+            events = plain.all_logs(run.run_id)
+            assert any(event.dagster_event_type == dg.DagsterEventType.RUN_SUCCESS for event in events)
+            # a step's stdout was captured where the UI's default compute log manager reads it
+            (captured,) = [e for e in events if e.dagster_event_type == dg.DagsterEventType.LOGS_CAPTURED]
+            log_key = plain.compute_log_manager.build_log_key_for_run(
+                run.run_id, captured.dagster_event.logs_captured_data.file_key
             )
+            stdout = plain.compute_log_manager.get_log_data(log_key).stdout or b""
+            assert f"stdout of {run.tags['dagster/partition']}".encode() in stdout
 
 
 def test_a_dagster_yaml_of_the_users_own_is_left_alone(tmp_path: Path) -> None:
