@@ -217,7 +217,8 @@ def _line_groups(text: str, max_chars: int) -> list[str]:
     """A line that states something (a table row, a bullet, a sentence) starts its own group;
     labels and bare numbers (a chart's axis, bars, tiles) and the rest of a wrapped sentence are
     packed after it in reading order, at most `max_chars` a group, so each value stays next to its
-    labels and no group is a sentence's tail alone."""
+    labels and no group is a sentence's tail alone: when the length limit cuts a wrapped sentence,
+    its line before the cut opens the next group as well ("... a buyback of up to · $70.8 million")."""
     groups: list[str] = []
     current, previous = "", ""
     for line in (raw.strip() for raw in text.splitlines()):
@@ -226,7 +227,8 @@ def _line_groups(text: str, max_chars: int) -> list[str]:
         starts = _is_statement(line) and not _continues(previous, line)
         if current and (starts or len(current) + 3 + len(line) > max_chars):
             groups.append(current)
-            current = ""
+            wrapped = not starts and _continues(previous, line)
+            current = previous if wrapped and len(previous) + 3 + len(line) <= max_chars else ""
         current = f"{current} · {line}" if current else line
         previous = line
     if current:
