@@ -43,7 +43,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-9ab9ad0e133b9da9f882ec067a04989837460174d2c1708b5801cfeebe284f6b"
+PINNED_KEY = "intranet-2024-07-22-434324a32f7513c4f1e6bf8375c29b6664f66dd936f9bdbd133baba96a0d34a1"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -178,6 +178,22 @@ def test_a_faint_separator_tesseract_read_past_is_restored_from_its_shape(drawn:
     )
 
 
+def test_a_point_read_as_a_colon_is_a_point_only_when_no_dark_dot_sits_above_it() -> None:
+    point, box = _number_page("70.9", blur=1.2)
+    draw = ImageDraw.Draw(point)
+    dot_middle = round(
+        box.left + draw.textlength("70", font=_font(48)) + draw.textlength(".", font=_font(48)) / 2
+    )
+    smudged, dotted = point.copy(), point.copy()  # a pale smudge above the point, as blur leaves one
+    ImageDraw.Draw(smudged).rectangle((dot_middle - 2, box.top + 10, dot_middle + 2, box.top + 18), fill=150)
+    ImageDraw.Draw(dotted).rectangle((dot_middle - 2, box.top + 10, dot_middle + 2, box.top + 18), fill=0)
+    colon, colon_box = _number_page("70:9", blur=1.2)
+    cases = [(point, box, "70.9"), (smudged, box, "70.9"), (dotted, box, "70:9"), (colon, colon_box, "70:9")]
+    for page, word, meant in cases:
+        read = ocr._Word("70:9", word.conf, word.left, word.top, word.width, word.height)
+        assert (ocr._with_lost_separator(page, read) or read.text) == meant
+
+
 def test_two_numbers_read_as_one_word_get_no_invented_point() -> None:
     page, box = _number_page("335.7   350")
     word = ocr._Word("3357350", box.conf, box.left, box.top, box.width, box.height)

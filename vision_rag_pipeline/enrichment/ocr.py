@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 5
+OCR_REVISION = 6
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -61,6 +61,9 @@ REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
 REREAD_MAX_SCALE = 4.0
 DOT_INK_LEVEL = 160  # of 255 on the ink page: a blurred point is grey, not black
+RAISED_DOT_LEVELS = (
+    60  # a dot above a point this close to its darkness makes a colon; a paler one is a smudge
+)
 REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey fringe of a bar is not ink
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
@@ -431,16 +434,29 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     enlarged. On the page it is still there: a blob far smaller than a digit, on the baseline, in
     the gap between two digits (a comma reaches below the baseline). Only a word whose every
     digit is a separate blob is trusted; None when the shape says nothing.
+
+    A colon between digits ("70:9") is checked the same way: a blurred point with a smudge reads
+    as one. With a single dot on the baseline there and nothing above it, it was a point.
     """
     prefix = len(word.text) - len(word.text.lstrip("$€£"))
     digits = word.text[prefix:].rstrip("%xXMK")
+    colon = digits.find(":")
+    if 0 < colon < len(digits) - 1 and digits.count(":") == 1:
+        digits = digits.replace(":", "")
+        word = replace(word, text=word.text[: prefix + colon] + word.text[prefix + colon + 1 :])
+    else:
+        colon = -1
     if not digits.isdigit() or len(digits) < 2:
         return None
     box = np.asarray(
         page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
     )
     labels, _ = ndimage.label(box < DOT_INK_LEVEL, structure=np.ones((3, 3)))
-    blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in ndimage.find_objects(labels)]
+    objects = ndimage.find_objects(labels)
+    blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in objects]
+    darkest = [
+        int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
+    ]
     height = word.height
     glyphs = sorted(b for b in blobs if b[3] - b[2] >= 0.5 * height)
     if len(glyphs) < prefix + len(digits):
@@ -449,8 +465,9 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     if any(glyphs[i][1] > glyphs[i + 1][0] + 1 for i in range(len(glyphs) - 1)):
         return None  # touching digits: the gaps cannot be trusted
     baseline = float(np.median([g[3] for g in glyphs]))
-    marks = []
-    for left, right, top, bottom in blobs:
+    marks: list[tuple[int, str, int]] = []
+    raised: dict[int, int] = {}  # gap -> darkest level of a dot above the baseline there
+    for (left, right, top, bottom), level in zip(blobs, darkest, strict=True):
         small = right - left <= 0.3 * height and bottom - top <= 0.45 * height
         low = top >= baseline - 0.35 * height and bottom >= baseline - 0.1 * height
         gap = next(
@@ -461,12 +478,17 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
             ),
             None,
         )
-        if small and low and gap is not None and (right - left) * (bottom - top) >= 4:
+        if small and gap is not None and (right - left) * (bottom - top) >= 4:
+            if not low:
+                raised[gap] = min(level, raised.get(gap, 255))
+                continue
             comma = bottom > baseline + 0.12 * height and len(digits) - gap - 1 == 3  # "1,611", never "81,8"
-            marks.append((gap, "," if comma else "."))
+            marks.append((gap, "," if comma else ".", level))
     if len(marks) != 1:
         return None
-    gap, mark = marks[0]
+    gap, mark, level = marks[0]
+    if colon >= 0 and ((gap, mark) != (colon - 1, ".") or raised.get(gap, 255) <= level + RAISED_DOT_LEVELS):
+        return None  # no point where the colon was, or a real colon: its upper dot as dark as the lower
     if any(glyphs[i + 1][0] - glyphs[i][1] > 0.4 * height for i in range(len(glyphs) - 1) if i != gap):
         return None  # a wide gap elsewhere: two numbers read as one word
     return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
