@@ -141,7 +141,8 @@ class RetrievalConfig(_Strict):
     image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
     # Re-order the best `identifier_rerank_depth` fused hits by how many of the query's names,
     # quarters (Q1-Q4) and years they contain (0 turns it off): dense search alone ranks the
-    # same report for another quarter or company about as high as the right one.
+    # same report for another quarter or company about as high as the right one. Within a tie, a
+    # question asking for a share ("what percentage of ...") puts hits stating a percentage first.
     identifier_rerank_depth: int = Field(20, ge=0)
     # Re-score the best `content_rerank_depth` fused hits (0 turns it off; hybrid and vector modes)
     # by the cosine between the query stripped of its identifiers and each chunk's stored vector,

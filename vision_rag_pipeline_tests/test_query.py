@@ -22,6 +22,7 @@ from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError
 from vision_rag_pipeline.query.search import (
     Ranking,
+    asks_for_share,
     content_query,
     query_identifiers,
     rerank_by_content,
@@ -227,6 +228,34 @@ def test_identifier_rerank_prefers_the_right_quarter_and_company() -> None:
     assert rerank_by_identifiers("how many tickets?", ["q2", "q3"], texts) == ["q2", "q3"], (
         "no identifiers: order kept"
     )
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [
+        ("What share of Quokka Zoo's Q2 2024 sales came from plush toys?", True),
+        ("What percentage of its visitors came back in Q3?", True),
+        ("What proportion of keepers left the zoo?", True),
+        ("What per-share payout to shareholders did the board approve?", False),
+        ("How many visitors came in Q3 2024?", False),
+    ],
+)
+def test_questions_asking_for_a_share_are_told_apart(question: str, asks: bool) -> None:
+    assert asks_for_share(question) is asks
+
+
+def test_a_question_asking_for_a_share_puts_excerpts_stating_a_percentage_first() -> None:
+    texts = {
+        "units": "Quokka Zoo Quarterly Report, Q2 2024 — Units sold per product line: plush toys 41.2",
+        "mix": "Quokka Zoo Quarterly Report, Q2 2024 — Share of revenue: plush toys 23.5% · snacks 40.1%",
+        "sibling": "Quokka Zoo Quarterly Report, Q1 2024 — Share of revenue: plush toys 19.0%",
+    }
+    incoming = ["units", "sibling", "mix"]
+    share = "What share of Quokka Zoo's Q2 2024 sales came from plush toys?"
+    # the named report first, then within it the excerpt stating a percentage
+    assert rerank_by_identifiers(share, incoming, texts) == ["mix", "units", "sibling"]
+    units = "How many plush toys did Quokka Zoo sell in Q2 2024?"
+    assert rerank_by_identifiers(units, incoming, texts) == ["units", "mix", "sibling"]
 
 
 KPI_TITLE = "Quokka Zoo Quarterly Report, Q3 2024"

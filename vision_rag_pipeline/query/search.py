@@ -294,6 +294,11 @@ _MONTHS = (
     "november",
     "december",
 )
+_ASKS_FOR_SHARE = re.compile(
+    r"\b(?:share|percentage|percent|proportion|fraction)\s+of\b|\bwhat\s+(?:percentage|percent|proportion)\b|%",
+    re.IGNORECASE,
+)
+_STATES_SHARE = re.compile(r"\d\s?%|\d\s+per\s?cent\b", re.IGNORECASE)
 _MONTH_AND_YEAR = re.compile(r"\b(" + "|".join(m.capitalize() for m in _MONTHS) + r")\s+(?:19|20)\d\d\b")
 
 
@@ -354,6 +359,11 @@ def rerank_by_content(
     return sorted(chunk_ids, key=lambda cid: -combined[cid])
 
 
+def asks_for_share(query: str) -> bool:
+    """The question wants a percentage: "what share of", "what percentage of", "proportion of"."""
+    return bool(_ASKS_FOR_SHARE.search(query))
+
+
 def rerank_by_identifiers(
     query: str, chunk_ids: list[str], texts: dict[str, str], titles: dict[str, str] | None = None
 ) -> list[str]:
@@ -361,19 +371,22 @@ def rerank_by_identifiers(
 
     Identifiers that appear in some chunk's document title (company, quarter, year) name the report:
     they are counted in the chunk's text and its title, and rank first. The rest (a product, a
-    region) are counted in the text and only break ties, so a sibling report that mentions the
-    product cannot overtake the report the question names.
+    region) are counted in the text and break ties. So a sibling report that mentions the
+    product cannot overtake the report the question names. Last, a question asking for a share
+    puts chunks that state a percentage first: a chart of units or a KPI in dollars cannot answer it.
     """
     wanted = query_identifiers(query)
-    if not wanted:
+    wants_share = asks_for_share(query)
+    if not wanted and not wants_share:
         return chunk_ids
     title_words = {cid: _words((titles or {}).get(cid, "")) for cid in chunk_ids}
     naming = wanted & set().union(*title_words.values())
     others = wanted - naming
 
-    def key(chunk_id: str) -> tuple[int, int]:
+    def key(chunk_id: str) -> tuple[int, int, bool]:
         words = _words(texts[chunk_id])
-        return -len(naming & (words | title_words[chunk_id])), -len(others & words)
+        lacks_share = wants_share and not _STATES_SHARE.search(texts[chunk_id])
+        return -len(naming & (words | title_words[chunk_id])), -len(others & words), lacks_share
 
     return sorted(chunk_ids, key=key)
 
