@@ -43,7 +43,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-434324a32f7513c4f1e6bf8375c29b6664f66dd936f9bdbd133baba96a0d34a1"
+PINNED_KEY = "intranet-2024-07-22-675987f4431f7218fa5104ca4491e0402739ea7ef88b28a123112b2c5e1b736d"
 
 
 def _config(**changes: Any) -> RagConfig:

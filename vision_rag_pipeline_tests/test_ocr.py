@@ -194,6 +194,27 @@ def test_a_point_read_as_a_colon_is_a_point_only_when_no_dark_dot_sits_above_it(
         assert (ocr._with_lost_separator(page, read) or read.text) == meant
 
 
+@pytest.mark.parametrize(("drawn", "read_as"), [("4,374", "4;374"), ("53.8", "53:8,"), ("78.9", "78:9.")])
+def test_a_blurred_separator_read_as_a_colon_or_semicolon_is_restored_from_its_shape(
+    drawn: str, read_as: str
+) -> None:
+    page, box = _number_page(drawn, blur=1.2)
+    word = ocr._Word(read_as, box.conf, box.left, box.top, box.width, box.height)
+    assert ocr._with_lost_separator(page, word) == drawn + read_as[len(drawn) :]
+
+
+def test_a_lost_point_is_found_when_the_label_sits_on_a_bar() -> None:
+    page = Image.new("L", (400, 120), 255)
+    draw = ImageDraw.Draw(page)
+    left, top, right, bottom = draw.textbbox((40, 30), "59.7", font=_font(48))
+    # a grey bar behind the label's lower half, kept apart from the digits by a light halo
+    draw.rectangle((left - 12, (top + bottom) // 2, right + 12, bottom + 12), fill=140)
+    draw.text((40, 30), "59.7", fill=0, font=_font(48), stroke_width=3, stroke_fill=255)
+    page = page.filter(ImageFilter.GaussianBlur(1.0))
+    word = ocr._Word("597", 90.0, left, top, right - left, bottom - top + 8)  # the box reaches the bar
+    assert ocr._with_lost_separator(page, word) == "59.7"
+
+
 def test_two_numbers_read_as_one_word_get_no_invented_point() -> None:
     page, box = _number_page("335.7   350")
     word = ocr._Word("3357350", box.conf, box.left, box.top, box.width, box.height)

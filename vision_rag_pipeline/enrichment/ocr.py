@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 6
+OCR_REVISION = 7
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -435,17 +435,18 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     the gap between two digits (a comma reaches below the baseline). Only a word whose every
     digit is a separate blob is trusted; None when the shape says nothing.
 
-    A colon between digits ("70:9") is checked the same way: a blurred point with a smudge reads
-    as one. With a single dot on the baseline there and nothing above it, it was a point.
+    A colon or semicolon between digits ("70:9", "4;374") is checked the same way: a blurred point
+    or comma with a smudge above it reads as one. With a single mark on the baseline there and
+    nothing above it as dark, it was a point or a comma, as its shape says.
     """
     prefix = len(word.text) - len(word.text.lstrip("$€£"))
-    digits = word.text[prefix:].rstrip("%xXMK")
-    colon = digits.find(":")
-    if 0 < colon < len(digits) - 1 and digits.count(":") == 1:
-        digits = digits.replace(":", "")
-        word = replace(word, text=word.text[: prefix + colon] + word.text[prefix + colon + 1 :])
+    digits = word.text[prefix:].rstrip("%xXMK.,;:")  # a trailing mark is not between digits
+    misread = next((i for i, c in enumerate(digits) if c in ":;"), -1)
+    if 0 < misread < len(digits) - 1 and sum(c in ":;" for c in digits) == 1:
+        digits = digits[:misread] + digits[misread + 1 :]
+        word = replace(word, text=word.text[: prefix + misread] + word.text[prefix + misread + 1 :])
     else:
-        colon = -1
+        misread = -1
     if not digits.isdigit() or len(digits) < 2:
         return None
     box = np.asarray(
@@ -458,15 +459,16 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
         int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
     ]
     height = word.height
-    glyphs = sorted(b for b in blobs if b[3] - b[2] >= 0.5 * height)
+    # digits are tall and narrow: a wide blob is the edge of the bar under a label, not a glyph
+    glyphs = sorted(b for b in blobs if b[3] - b[2] >= 0.5 * height and b[1] - b[0] <= 1.2 * (b[3] - b[2]))
     if len(glyphs) < prefix + len(digits):
         return None
     glyphs = glyphs[prefix : prefix + len(digits)]
     if any(glyphs[i][1] > glyphs[i + 1][0] + 1 for i in range(len(glyphs) - 1)):
         return None  # touching digits: the gaps cannot be trusted
     baseline = float(np.median([g[3] for g in glyphs]))
-    marks: list[tuple[int, str, int]] = []
-    raised: dict[int, int] = {}  # gap -> darkest level of a dot above the baseline there
+    marks: list[tuple[int, str, int, int, int]] = []  # gap, mark, darkest level, top, bottom
+    raised: dict[int, list[tuple[int, int]]] = {}  # gap -> (darkest level, bottom) of dots above the baseline
     for (left, right, top, bottom), level in zip(blobs, darkest, strict=True):
         small = right - left <= 0.3 * height and bottom - top <= 0.45 * height
         low = top >= baseline - 0.35 * height and bottom >= baseline - 0.1 * height
@@ -480,15 +482,20 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
         )
         if small and gap is not None and (right - left) * (bottom - top) >= 4:
             if not low:
-                raised[gap] = min(level, raised.get(gap, 255))
+                raised.setdefault(gap, []).append((level, bottom))
                 continue
             comma = bottom > baseline + 0.12 * height and len(digits) - gap - 1 == 3  # "1,611", never "81,8"
-            marks.append((gap, "," if comma else ".", level))
+            marks.append((gap, "," if comma else ".", level, top, bottom))
     if len(marks) != 1:
         return None
-    gap, mark, level = marks[0]
-    if colon >= 0 and ((gap, mark) != (colon - 1, ".") or raised.get(gap, 255) <= level + RAISED_DOT_LEVELS):
-        return None  # no point where the colon was, or a real colon: its upper dot as dark as the lower
+    gap, mark, level, top, bottom = marks[0]
+    # a colon's upper dot is as dark as the lower one and stands apart from it; a smudge is paler or touches
+    colon_dot = any(
+        dot_level <= level + RAISED_DOT_LEVELS and dot_bottom <= top - (bottom - top) / 2
+        for dot_level, dot_bottom in raised.get(gap, [])
+    )
+    if misread >= 0 and (gap != misread - 1 or colon_dot):
+        return None  # no mark where the colon was, or a real colon
     if any(glyphs[i + 1][0] - glyphs[i][1] > 0.4 * height for i in range(len(glyphs) - 1) if i != gap):
         return None  # a wide gap elsewhere: two numbers read as one word
     return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
