@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -17,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
+from dagster._utils.error import SerializableErrorInfo
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.config import dagster_home
@@ -88,11 +90,23 @@ def dagster_instance() -> dg.DagsterInstance:
 
 
 def write_local_instance_config(home: Path) -> None:
-    """Write our dagster.yaml into `home` unless the user has one of their own there."""
+    """Write our dagster.yaml into `home` unless the user has one of their own there.
+
+    Every ingest process calls this while others may be reading the file: it is left alone when
+    already right and otherwise replaced whole. A rewrite in place let a worker starting at the
+    same moment read a half-written file, get Dagster's defaults (no pool limit), reset the
+    `vision_model` pool and fail the other worker's runs.
+    """
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text().startswith(_LOCAL_INSTANCE_HEADER):
-        config.write_text(_LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve()))
+    wanted = _LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve())
+    if config.exists():
+        current = config.read_text()
+        if current == wanted or not current.startswith(_LOCAL_INSTANCE_HEADER):
+            return
+    partial = home / f".dagster.yaml.{os.getpid()}.{threading.get_ident()}"
+    partial.write_text(wanted)
+    os.replace(partial, config)
 
 
 class DocumentOutcome(_Counts):
@@ -239,13 +253,19 @@ def _unreadable_reason(path: Path) -> str | None:
 
 
 def _failure_reason(result: dg.ExecuteInProcessResult) -> str:
-    """The user-code exception behind the first failed step, on one line."""
+    """The exception behind the first failed step, on one line; else the one that failed the run
+    outside any step (Dagster's own storage, for instance)."""
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            error = event.step_failure_data.error
-            while error.cause is not None:
-                error = error.cause
-            message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-            message = message.removeprefix(f"{error.cls_name}: ")
-            return f"{message} (in {event.step_key})"
+            return f"{_one_line(event.step_failure_data.error)} (in {event.step_key})"
+    for event in result.all_events:
+        if event.event_type == dg.DagsterEventType.RUN_FAILURE and event.job_failure_data.error:
+            return f"{_one_line(event.job_failure_data.error)} (in the Dagster run, outside the assets)"
     return "run failed"
+
+
+def _one_line(error: SerializableErrorInfo) -> str:
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
+    return message.removeprefix(f"{error.cls_name}: ")

@@ -1,10 +1,12 @@
 """The local run history: Dagster's SQLite files, written through engines kept between calls."""
 
+import multiprocessing
 from pathlib import Path
 
 import dagster as dg
 
-from vision_rag_pipeline.ingest import write_local_instance_config
+from vision_rag_pipeline import ingest
+from vision_rag_pipeline.ingest import _failure_reason, write_local_instance_config
 from vision_rag_pipeline.local_storage import (
     CapturedComputeLogManager,
     LocalEventLogStorage,
@@ -79,3 +81,53 @@ def test_a_partition_deleted_through_this_instance_is_gone_at_once(tmp_path: Pat
         instance.delete_dynamic_partition("docs", "a")
         assert not instance.has_dynamic_partition("docs", "a")
         assert not instance.has_dynamic_partition("docs", "never-added")
+
+
+def test_an_up_to_date_config_is_not_rewritten(tmp_path: Path) -> None:
+    write_local_instance_config(tmp_path)
+    before = (tmp_path / "dagster.yaml").stat()
+    write_local_instance_config(tmp_path)
+    after = (tmp_path / "dagster.yaml").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def _rewrite_with_other_pool_limits(home: str, rounds: int) -> None:
+    """Another ingest process whose config differs (an upgrade): pool limit 2 and 3 by turns."""
+    template = ingest._LOCAL_INSTANCE_YAML
+    for index in range(rounds):
+        ingest._LOCAL_INSTANCE_YAML = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
+        write_local_instance_config(Path(home))
+
+
+def test_a_process_starting_while_another_writes_the_config_reads_a_whole_one(tmp_path: Path) -> None:
+    write_local_instance_config(tmp_path)
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_rewrite_with_other_pool_limits, args=(str(tmp_path), 3000)
+    )
+    writer.start()
+    limits = set()
+    while writer.is_alive():
+        with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+            limits.add(instance.global_op_concurrency_default_limit)
+    writer.join()
+    assert writer.exitcode == 0
+    assert limits <= {2, 3}, "an instance came up without our config (a half-written dagster.yaml)"
+
+
+@dg.asset(pool="vision_model")
+def described() -> int:
+    return 1
+
+
+def test_a_run_failing_outside_its_steps_reports_dagsters_error_on_one_line(tmp_path: Path) -> None:
+    write_local_instance_config(tmp_path)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+
+        def locked() -> None:
+            raise RuntimeError("database is locked\nsecond line of detail")
+
+        instance.event_log_storage.get_pool_limits = locked  # Dagster's pool bookkeeping fails
+        job = dg.Definitions(assets=[described]).resolve_implicit_global_asset_job_def()
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    assert not result.success
+    assert _failure_reason(result) == "database is locked (in the Dagster run, outside the assets)"
