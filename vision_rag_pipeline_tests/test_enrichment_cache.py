@@ -43,7 +43,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-675987f4431f7218fa5104ca4491e0402739ea7ef88b28a123112b2c5e1b736d"
+PINNED_KEY = "intranet-2024-07-22-3e9389ca55a70c9fd3aebdb32137fb650b684b35d7d8314dc46acd671d1966de"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -215,6 +215,17 @@ def test_a_lost_point_is_found_when_the_label_sits_on_a_bar() -> None:
     assert ocr._with_lost_separator(page, word) == "59.7"
 
 
+def test_a_lost_point_is_found_when_the_word_box_takes_in_the_charts_line() -> None:
+    page, box = _number_page("30.8", blur=1.0)
+    line_y = box.top + box.height + 25
+    ImageDraw.Draw(page).line(
+        (box.left - 30, line_y + 20, box.left + box.width + 30, line_y), fill=0, width=4
+    )
+    tall = box.height + 50  # Tesseract's box reaches down over the line and its marker
+    word = ocr._Word("308", box.conf, box.left, box.top, box.width, tall)
+    assert ocr._with_lost_separator(page, word) == "30.8"
+
+
 def test_two_numbers_read_as_one_word_get_no_invented_point() -> None:
     page, box = _number_page("335.7   350")
     word = ocr._Word("3357350", box.conf, box.left, box.top, box.width, box.height)

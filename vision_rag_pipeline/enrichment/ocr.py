@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 7
+OCR_REVISION = 8
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -458,9 +458,11 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     darkest = [
         int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
     ]
-    height = word.height
     # digits are tall and narrow: a wide blob is the edge of the bar under a label, not a glyph
-    glyphs = sorted(b for b in blobs if b[3] - b[2] >= 0.5 * height and b[1] - b[0] <= 1.2 * (b[3] - b[2]))
+    narrow = [b for b in blobs if b[1] - b[0] <= 1.2 * (b[3] - b[2])]
+    # the digits' height, not the word box's: a chart's line or marker can stretch the box
+    height = min(word.height, max((b[3] - b[2] for b in narrow), default=word.height))
+    glyphs = sorted(b for b in narrow if b[3] - b[2] >= 0.5 * height)
     if len(glyphs) < prefix + len(digits):
         return None
     glyphs = glyphs[prefix : prefix + len(digits)]
