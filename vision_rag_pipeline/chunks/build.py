@@ -224,11 +224,11 @@ def _line_groups(text: str, max_chars: int) -> list[str]:
     for line in (raw.strip() for raw in text.splitlines()):
         if not line:
             continue
-        starts = _is_statement(line) and not _continues(previous, line)
+        continues = _continues(previous, line)
+        starts = _is_statement(line) and not continues
         if current and (starts or len(current) + 3 + len(line) > max_chars):
             groups.append(current)
-            wrapped = not starts and _continues(previous, line)
-            current = previous if wrapped and len(previous) + 3 + len(line) <= max_chars else ""
+            current = previous if continues and len(previous) + 3 + len(line) <= max_chars else ""
         current = f"{current} · {line}" if current else line
         previous = line
     if current:

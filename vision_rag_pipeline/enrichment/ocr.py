@@ -61,9 +61,8 @@ REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
 REREAD_MAX_SCALE = 4.0
 DOT_INK_LEVEL = 160  # of 255 on the ink page: a blurred point is grey, not black
-RAISED_DOT_LEVELS = (
-    60  # a dot above a point this close to its darkness makes a colon; a paler one is a smudge
-)
+# a dot above a point at most this much paler makes a colon with it; a paler one is a smudge
+RAISED_DOT_LEVELS = 60
 REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey fringe of a bar is not ink
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
