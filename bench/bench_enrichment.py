@@ -20,11 +20,11 @@ import uuid
 
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.core.config import RagConfig
 from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.model import ImageVerdict
-from vision_rag_pipeline.enrichment.service import enrich_document_images
 
 _WORDS_TEXT = """revenue margin warehouse forecast customer backlog invoice quarter region north south
 east west growth churn pipeline budget headcount latency uptime incident release contract supplier"""

@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.config import ClassifierFeature
+from vision_rag_pipeline.core.config import ClassifierFeature
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.ocr import ocr_image

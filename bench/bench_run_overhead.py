@@ -30,7 +30,7 @@ def main() -> None:
 
     import dagster._core.execution.plan.compute_generator as compute_generator
 
-    from vision_rag_pipeline import ingest
+    from vision_rag_pipeline.defs import runner as ingest
 
     ingest.quiet_library_noise()
     files = sorted(str(p) for p in args.source.iterdir() if p.suffix in (".mhtml", ".pdf"))

@@ -48,7 +48,7 @@ def _print_hits(hits: list[dict]) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.ingest import ingest_paths
+    from vision_rag_pipeline.defs.runner import ingest_paths
 
     report = ingest_paths(
         args.paths, progress=lambda line: print(line, file=sys.stderr), workers=args.workers
@@ -81,7 +81,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_enrich(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.enrichment.service import enrich_files
+    from vision_rag_pipeline.media_enrichment import enrich_files
 
     results = enrich_files([Path(p) for p in args.images])
     if args.json:
@@ -116,20 +116,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.query.api import serve
+    from vision_rag_pipeline.api import serve
 
     serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
     return 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.definitions import defs
-    from vision_rag_pipeline.enrichment.sensors import (
+    from vision_rag_pipeline.defs.backfill import (
         UnknownPartitionError,
         run_reenrich_backfill,
         submit_reenrich_backfill,
     )
-    from vision_rag_pipeline.ingest import dagster_instance
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.runner import dagster_instance
 
     instance = dagster_instance()
     try:
@@ -157,8 +157,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.config import load_config
-    from vision_rag_pipeline.indexes.lexical import open_lexical_index
+    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
     from vision_rag_pipeline.indexes.reindex import reindex
 
     report = reindex(open_lexical_index(), load_config().embedding, reembed=args.reembed)
@@ -174,7 +174,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.config import load_config
+    from vision_rag_pipeline.core.config import load_config
 
     config = load_config()
     if args.json:
@@ -188,7 +188,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.config import home
+    from vision_rag_pipeline.core.config import home
     from vision_rag_pipeline.query import search
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
@@ -269,10 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from vision_rag_pipeline.ingest import quiet_library_noise
+    from vision_rag_pipeline.defs.runner import quiet_library_noise
 
     quiet_library_noise()
-    from vision_rag_pipeline.config import ConfigError
+    from vision_rag_pipeline.core.config import ConfigError
 
     try:
         return args.func(args)

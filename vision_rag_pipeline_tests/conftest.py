@@ -41,7 +41,7 @@ def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def pg_url(vision_rag_home: Path) -> str:
     """The embedded Postgres + pgvector, or VISION_RAG_PG_URL when the caller set one."""
-    from vision_rag_pipeline.indexes.postgres import database_url
+    from vision_rag_pipeline.core.postgres import database_url
 
     return database_url()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from vision_rag_pipeline.query.api import create_app
+from vision_rag_pipeline.api import create_app
 from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
 
 __all__ = ["corpus"]  # the shared index fixture
@@ -33,7 +33,7 @@ def ingested() -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def base_url(corpus, ingested: list[list[str]]) -> Iterator[str]:
-    import vision_rag_pipeline.ingest as ingest_module
+    import vision_rag_pipeline.defs.runner as ingest_module
 
     real_ingest = ingest_module.ingest_paths
     done = threading.Event()

@@ -10,7 +10,7 @@ import openai
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vision_rag_pipeline.config import AnswerConfig, RagConfig
+from vision_rag_pipeline.core.config import AnswerConfig, RagConfig
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.enrichment.vlm import VisionClient
 from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, sentences

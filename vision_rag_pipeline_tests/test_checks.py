@@ -4,25 +4,23 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from vision_rag_pipeline.chunks.annotations import annotation
+from vision_rag_pipeline.chunks.annotations import annotation, broken_annotation_offsets
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.definitions import defs
-from vision_rag_pipeline.embeddings.assets import ChunkEmbeddings
-from vision_rag_pipeline.enrichment.service import EnrichmentBatch
-from vision_rag_pipeline.indexes.assets import pgvector_index
-from vision_rag_pipeline.indexes.checks import (
+from vision_rag_pipeline.defs.checks import (
     ANNOTATIONS_WHOLE,
     EVERY_CHUNK_EMBEDDED,
     PGVECTOR_ROWS_MATCH_CHUNKS,
     annotations_whole,
-    broken_annotation_offsets,
     every_chunk_embedded,
-    no_orphan_rows,
     rows_match_chunks,
 )
+from vision_rag_pipeline.defs.definitions import defs
+from vision_rag_pipeline.defs.indexes import no_orphan_rows, pgvector_index
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource
+from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
+from vision_rag_pipeline.enrichment.batch import EnrichmentBatch
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
 
 DIM = 384
 WHOLE = "Revenue chart: " + annotation("Bar chart of Q3 revenue [USD]", "images/rev (1).png") + " end."

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _continues, _line_groups, build_chunks
-from vision_rag_pipeline.config import LoaderConfig, SplitterConfig
+from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import Element, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, OcrResult
 from vision_rag_pipeline.images.model import ExtractedImage

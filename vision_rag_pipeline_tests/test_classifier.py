@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.config import ClassifierFeature
+from vision_rag_pipeline.core.config import ClassifierFeature
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.enrichment.classifier import classify_images

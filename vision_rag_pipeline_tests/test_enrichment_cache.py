@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.core.postgres import DDL_LOCK_ID, connect
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.indexes.postgres import DDL_LOCK_ID, connect
 
 DAY = 24 * 3600
 IMAGE = b"tiny image bytes"
@@ -61,7 +61,7 @@ def _config(**changes: Any) -> RagConfig:
 def test_cache_key_is_pinned_and_stable_across_processes() -> None:
     key = cache_key(IMAGE, RagConfig.model_validate(PINNED_CONFIG), "offline")
     code = (
-        "from vision_rag_pipeline.config import RagConfig;"
+        "from vision_rag_pipeline.core.config import RagConfig;"
         "from vision_rag_pipeline.enrichment.cache import cache_key;"
         f"print(cache_key({IMAGE!r}, RagConfig.model_validate({PINNED_CONFIG!r}), 'offline'))"
     )

@@ -13,14 +13,15 @@ import openai
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.config import RagConfig
+from vision_rag_pipeline.core.config import RagConfig
 from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
-from vision_rag_pipeline.enrichment.service import enrich_document_images, enrich_files, media_enrichment
 from vision_rag_pipeline.enrichment.vlm import VisionClient
+from vision_rag_pipeline.media_enrichment import enrich_files, media_enrichment
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply, error_reply
 
 TEXTS = [

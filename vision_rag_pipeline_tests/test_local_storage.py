@@ -5,13 +5,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from vision_rag_pipeline import ingest
-from vision_rag_pipeline.ingest import _failure_reason, write_local_instance_config
-from vision_rag_pipeline.local_storage import (
+from vision_rag_pipeline.defs import runner
+from vision_rag_pipeline.defs.local_storage import (
     CapturedComputeLogManager,
     LocalEventLogStorage,
     LocalRunStorage,
 )
+from vision_rag_pipeline.defs.runner import _failure_reason, write_local_instance_config
 
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
@@ -93,9 +93,9 @@ def test_an_up_to_date_config_is_not_rewritten(tmp_path: Path) -> None:
 
 def _rewrite_with_other_pool_limits(home: str, rounds: int) -> None:
     """Another ingest process whose config differs (an upgrade): pool limit 2 and 3 by turns."""
-    template = ingest._LOCAL_INSTANCE_YAML
+    template = runner._LOCAL_INSTANCE_YAML
     for index in range(rounds):
-        ingest._LOCAL_INSTANCE_YAML = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
+        runner._LOCAL_INSTANCE_YAML = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
         write_local_instance_config(Path(home))
 
 

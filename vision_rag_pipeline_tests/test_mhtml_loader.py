@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from vision_rag_pipeline.core.sniff import sniff_document_kind, sniff_image_mime
 from vision_rag_pipeline.documents.mhtml import load_mhtml
 from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
-from vision_rag_pipeline.documents.sniff import sniff_document_kind, sniff_image_mime
 from vision_rag_pipeline_tests.conftest import CORPUS
 
 PAGE_URL = "https://example.test/articles/page.html"

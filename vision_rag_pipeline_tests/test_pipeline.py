@@ -8,11 +8,11 @@ import dagster as dg
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
-from vision_rag_pipeline.definitions import ALL_ASSETS, defs
+from vision_rag_pipeline.defs.definitions import ALL_ASSETS, defs
+from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
-from vision_rag_pipeline.indexes.lexical import open_lexical_index
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.partitions import documents_partitions
 from vision_rag_pipeline.query import search
 
 SAMPLE_FILES = sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))

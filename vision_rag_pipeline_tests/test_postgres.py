@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from vision_rag_pipeline.indexes.postgres import connect
+from vision_rag_pipeline.core.postgres import connect
 
 
 def _backend(url: str) -> int:

@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageFont
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.config import RagConfig, RetrievalConfig
+from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.service import enrich_document_images
-from vision_rag_pipeline.indexes.lexical import LexicalDoc, open_lexical_index
+from vision_rag_pipeline.indexes.lexical import LexicalDoc
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError
 from vision_rag_pipeline.query.search import (

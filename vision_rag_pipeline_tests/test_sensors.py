@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.defs.documents import inbox_sensor
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase
+from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
+from vision_rag_pipeline.documents.inbox import INBOX_ENV
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
-from vision_rag_pipeline.documents.sensors import INBOX_ENV, inbox_sensor
-from vision_rag_pipeline.enrichment.sensors import CODE_VERSION_TAG, version_sensor
-from vision_rag_pipeline.indexes.lexical import LexicalDoc, open_lexical_index
+from vision_rag_pipeline.indexes.lexical import LexicalDoc
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase
 
 SAMPLES = Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples"
 PDF = SAMPLES / "larkspur_q3_2024_operations_review.pdf"

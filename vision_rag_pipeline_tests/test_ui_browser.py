@@ -33,8 +33,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def webserver(vision_rag_home: Path):
+    from vision_rag_pipeline.defs.runner import ingest_paths
     from vision_rag_pipeline.documents.registry import document_id_for
-    from vision_rag_pipeline.ingest import ingest_paths
 
     ingest_paths([str(PDF)])  # what the UI must show is asserted below, through the browser
     port = free_port()

@@ -3,14 +3,14 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vision_rag_pipeline.config import RagConfig
-from vision_rag_pipeline.embeddings.encoder import resolve_precision
-from vision_rag_pipeline.enrichment.versioning import (
+from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.defs.versions import (
     chunking_version,
     classifier_version,
     embedding_version,
     enrichment_version,
 )
+from vision_rag_pipeline.embeddings.encoder import resolve_precision
 
 OFFLINE = "offline"
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from vision_rag_pipeline.config import MllmFeature
+from vision_rag_pipeline.core.config import MllmFeature
 from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage, vision_client_from_env
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply, error_reply

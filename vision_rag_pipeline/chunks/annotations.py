@@ -65,3 +65,14 @@ def find_annotations(text: str) -> list[Annotation]:
         Annotation(match.start(), match.end(), match["description"], match["url"])
         for match in ANNOTATION_RE.finditer(text)
     ]
+
+
+def broken_annotation_offsets(text: str) -> list[int]:
+    """Offsets of every `![` that does not start a whole `![description](url)` annotation."""
+    starts = {match.start() for match in ANNOTATION_RE.finditer(text)}
+    offsets, position = [], text.find("![")
+    while position != -1:
+        if position not in starts:
+            offsets.append(position)
+        position = text.find("![", position + 2)
+    return offsets

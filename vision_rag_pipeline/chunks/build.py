@@ -16,7 +16,7 @@ from pathlib import Path
 from vision_rag_pipeline.chunks.annotations import annotation, find_annotations
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.chunks.splitter import split_text
-from vision_rag_pipeline.config import LoaderConfig, SplitterConfig
+from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.fusion import clean_ocr_text
 from vision_rag_pipeline.enrichment.model import EnrichmentResult

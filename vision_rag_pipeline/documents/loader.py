@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.documents.mhtml import load_mhtml
 from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
 from vision_rag_pipeline.documents.pdf import load_pdf
-from vision_rag_pipeline.documents.sniff import sniff_document_kind
 
 
 def load_document(path: str | Path, source_path: str | None = None) -> LoadedDocument:

@@ -43,6 +43,7 @@ from bs4.dammit import UnicodeDammit
 from bs4.element import PreformattedString
 from PIL import Image
 
+from vision_rag_pipeline.core.sniff import sniff_image_mime
 from vision_rag_pipeline.documents.model import (
     DocumentError,
     DocumentImage,
@@ -50,7 +51,6 @@ from vision_rag_pipeline.documents.model import (
     LoadedDocument,
     Location,
 )
-from vision_rag_pipeline.documents.sniff import sniff_image_mime
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SKIP_TAGS = frozenset(

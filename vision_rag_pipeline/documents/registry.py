@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (

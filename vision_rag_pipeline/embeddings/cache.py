@@ -14,8 +14,8 @@ from collections.abc import Callable
 import numpy as np
 from pgvector import Vector
 
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.embeddings.encoder import model_variant
-from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embedding_cache (

@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
 
-from vision_rag_pipeline.config import RagConfig, parse_expiry_seconds
+from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
-from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
 
 OFFLINE_ENGINE = "offline"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from vision_rag_pipeline.config import ClassifierFeature
+from vision_rag_pipeline.core.config import ClassifierFeature
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.ocr import OcrError, probe_text

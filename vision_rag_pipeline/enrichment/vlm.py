@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from vision_rag_pipeline.config import MllmFeature
+from vision_rag_pipeline.core.config import MllmFeature
 
 if TYPE_CHECKING:
     import openai

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.documents.model import DocumentImage
-from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS image_blobs (

@@ -25,8 +25,8 @@ import elastic_transport
 import elasticsearch
 from elasticsearch import Elasticsearch, helpers
 
+from vision_rag_pipeline.core.config import ES_URL_ENV
 from vision_rag_pipeline.indexes.lexical import (
-    ES_URL_ENV,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,

@@ -1,4 +1,4 @@
-"""The lexical (BM25) index behind one interface: tantivy on disk by default, Elasticsearch when configured.
+"""The lexical (BM25) index interface that both backends (tantivy, Elasticsearch) implement.
 
 Both backends hold one entry per chunk, keyed by `chunk_id`, grouped by `document_id` (the Dagster
 partition), so a partition is replaced or deleted as a unit and re-running an asset never duplicates.
@@ -7,25 +7,15 @@ The chunk text itself lives in Postgres; the lexical index only answers "which c
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.config import home as default_home
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
 
-ES_URL_ENV = "VISION_RAG_ES_URL"
-
-# Lucene's English stop set, which is also tantivy's `stopword("english")` list.
-_ENGLISH_STOP_LIST = (
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
-    "these they this to was will with"
-)
-ENGLISH_STOP_WORDS = frozenset(_ENGLISH_STOP_LIST.split())
 _WORD = re.compile(r"\w+")
 
 
@@ -108,17 +98,3 @@ def check_replacement(document_id: str, docs: list[LexicalDoc]) -> None:
         if doc.chunk_id in seen:
             raise ValueError(f"chunk id {doc.chunk_id!r} appears twice in document {document_id!r}")
         seen.add(doc.chunk_id)
-
-
-def open_lexical_index(home: Path | None = None) -> LexicalIndex:
-    """Elasticsearch when `VISION_RAG_ES_URL` is set, else tantivy under `<home>/lexical`.
-
-    Cheap to call on every query: both backends keep one open handle per process and target.
-    """
-    if os.environ.get(ES_URL_ENV):
-        from vision_rag_pipeline.indexes.elasticsearch_index import open_elasticsearch_index
-
-        return open_elasticsearch_index()
-    from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
-
-    return open_tantivy_index((home or default_home()) / "lexical")

@@ -17,8 +17,8 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.indexes.postgres import connect, ensure_schema
 
 
 class DimensionMismatchError(RuntimeError):

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-from vision_rag_pipeline.config import EmbeddingConfig
+from vision_rag_pipeline.core.config import EmbeddingConfig
+from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex
 from vision_rag_pipeline.indexes.pgvector_store import RebuildReport, rebuild_tables, stored_chunks
-from vision_rag_pipeline.indexes.postgres import connect
 
 
 class ReindexReport(BaseModel):

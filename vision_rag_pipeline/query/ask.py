@@ -25,11 +25,11 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
-from vision_rag_pipeline.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
+from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
-from vision_rag_pipeline.indexes.lexical import ENGLISH_STOP_WORDS
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
 from vision_rag_pipeline.query.search import Hit, chunk_similarities, search_queries

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vision_rag_pipeline.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, load_config
 from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, ImageError, is_svg, load_image
-from vision_rag_pipeline.enrichment.service import enrich_document_images
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 QUERY_DOCUMENT = "query"

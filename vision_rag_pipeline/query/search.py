@@ -20,12 +20,13 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.config import RagConfig, RetrievalConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
+from vision_rag_pipeline.core.postgres import connect
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
-from vision_rag_pipeline.indexes.lexical import ENGLISH_STOP_WORDS, open_lexical_index
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.indexes.postgres import connect
 from vision_rag_pipeline.query.image_query import describe_query_image
 
 SearchMode = Literal["hybrid", "vector", "lexical"]

@@ -27,11 +27,11 @@ from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from vision_rag_pipeline.config import ConfigError, RagConfig, home, load_config
-from vision_rag_pipeline.documents.sniff import sniff_document_kind
+from vision_rag_pipeline.core.config import ConfigError, RagConfig, home, load_config
+from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
-from vision_rag_pipeline.enrichment.service import MAX_IMAGES_PER_REQUEST, media_enrichment
+from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
 from vision_rag_pipeline.query.ask import Answer, ask
 from vision_rag_pipeline.query.image_query import QueryImageError
 from vision_rag_pipeline.query.search import Filters, Hit, SearchMode, search_queries
@@ -134,7 +134,7 @@ class _Ingestor:
         self.pending = 0
 
     def submit(self, paths: list[str]) -> None:
-        from vision_rag_pipeline.ingest import ingest_paths
+        from vision_rag_pipeline.defs.runner import ingest_paths
 
         with self._lock:
             self.pending += 1

@@ -2,10 +2,10 @@
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.images.model import ExtractedImage
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase
 
 
 @dg.asset(

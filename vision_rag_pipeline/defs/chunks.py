@@ -6,13 +6,13 @@ import dagster as dg
 
 from vision_rag_pipeline.chunks.build import build_chunks
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.defs.checks import ANNOTATIONS_WHOLE, annotations_whole
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import RagConfigResource
 from vision_rag_pipeline.documents.model import LoadedDocument
+from vision_rag_pipeline.enrichment.batch import EnrichmentBatch
 from vision_rag_pipeline.enrichment.model import ImageVerdict
-from vision_rag_pipeline.enrichment.service import EnrichmentBatch
 from vision_rag_pipeline.images.model import ExtractedImage
-from vision_rag_pipeline.indexes.checks import ANNOTATIONS_WHOLE, annotations_whole
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import RagConfigResource
 
 
 @dg.asset(

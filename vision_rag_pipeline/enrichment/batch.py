@@ -8,21 +8,17 @@ such fallbacks are not cached, so the next run asks the provider again.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from PIL import Image
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.config import MllmFeature, RagConfig, cpu_threads, load_config
+from vision_rag_pipeline.core.config import MllmFeature, RagConfig, cpu_threads
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE, EnrichmentCache, cache_key
-from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.fusion import (
     Fused,
@@ -34,15 +30,12 @@ from vision_rag_pipeline.enrichment.fusion import (
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
 from vision_rag_pipeline.enrichment.ocr import OcrError, ocr_image
 from vision_rag_pipeline.enrichment.preprocess import (
-    MAX_IMAGE_BYTES,
     ImageError,
     encode_for_vision,
     load_image,
     svg_text,
 )
-from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage, vision_client_from_env
-
-MAX_IMAGES_PER_REQUEST = 10
+from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage
 
 
 class EnrichmentBatch(BaseModel):
@@ -278,129 +271,3 @@ def enrich_document_images(
     if use_cache and fresh:
         cache.put_many(fresh, expiry=features.cache.expiry)
     return batch
-
-
-# --- the reference "media enrichment" operation --------------------------------------------------
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for name, value in override.items():
-        merged[name] = (
-            _merge(base[name], value)
-            if isinstance(value, dict) and isinstance(base.get(name), dict)
-            else value
-        )
-    return merged
-
-
-def _sniff_mime(data: bytes) -> str:
-    if b"<svg" in data[:2048].lower():
-        return "image/svg+xml"
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            return Image.MIME.get(img.format or "", "application/octet-stream")
-    except (OSError, ValueError):
-        return "application/octet-stream"
-
-
-def _request_image(index: int, item: Any) -> DocumentImage:
-    label = f"image {index + 1}"
-    if not isinstance(item, dict):
-        raise ValueError(f"{label}: expected an object with 'data' or 'url', got {type(item).__name__}")
-    mime = item.get("mime")
-    try:
-        if "url" in item:
-            url = str(item["url"])
-            header, sep, payload = url.partition(",")
-            if not (url.startswith("data:") and sep and header.endswith(";base64")):
-                raise ValueError(f"{label}: url must be a base64 data: URL")
-            mime = mime or header[len("data:") : -len(";base64")]
-            data = base64.b64decode(payload, validate=True)
-        elif "data" in item:
-            data = base64.b64decode(str(item["data"]), validate=True)
-        else:
-            raise ValueError(f"{label}: needs 'data' (base64) or 'url' (data: URL)")
-    except binascii.Error as exc:
-        raise ValueError(f"{label}: invalid base64: {exc}") from exc
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ValueError(f"{label}: {len(data):,} bytes is over the 20 MB per-image limit")
-    name = str(item.get("name") or f"image-{index + 1}")
-    return DocumentImage(url=f"request:{name}", name=name, mime=mime or _sniff_mime(data), data=data)
-
-
-def media_enrichment(
-    request: dict[str, Any],
-    config: RagConfig | None = None,
-    cache: EnrichmentCache | None = None,
-    vision: VisionClient | None = None,
-) -> dict[str, Any]:
-    """The reference operation: `{domain, config_version, images (<= 10), features}` ->
-    `{classifier_result, generated_response: {content}}`.
-
-    As in the reference, only the first image is classified and its verdict decides for the
-    whole request; the verdict is named `GPT_VISION` in the output. `vision` defaults to the
-    endpoint configured in the environment (None there = offline).
-    """
-    items = request.get("images") or []
-    if not isinstance(items, list) or not items:
-        raise ValueError("media_enrichment: 'images' must be a non-empty list")
-    if len(items) > MAX_IMAGES_PER_REQUEST:
-        raise ValueError(
-            f"media_enrichment: {len(items)} images, at most {MAX_IMAGES_PER_REQUEST} per request"
-        )
-    images = [_request_image(i, item) for i, item in enumerate(items)]
-    base = config or load_config()
-    data = base.model_dump()
-    data["domain"] = request.get("domain", base.domain)
-    data["config_version"] = request.get("config_version", base.config_version)
-    data["media_enrichment"]["features"] = _merge(
-        data["media_enrichment"]["features"], request.get("features") or {}
-    )
-    try:
-        config = RagConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"media_enrichment: invalid request: {problems}") from None
-
-    first = classify_images(images[:1], config.media_enrichment.features.classifier)[0]
-    verdicts = [first.model_copy(update={"image_sha256": img.sha256}) for img in images]
-    batch = enrich_document_images(
-        images,
-        verdicts,
-        config,
-        cache,
-        str(request.get("document") or "request"),
-        vision or vision_client_from_env(),
-    )
-    contents = [batch.results[img.sha256].meta_content for img in images if img.sha256 in batch.results]
-    return {
-        "classifier_result": {
-            "verdict": "GPT_VISION" if first.verdict == "VISION" else "IGNORE",
-            "reasons": first.reasons,
-            "tags": first.tags,
-            "scores": first.scores,
-            "threshold": first.threshold,
-        },
-        "generated_response": {"content": "\n\n".join(dict.fromkeys(contents)), "errors": batch.errors},
-    }
-
-
-def enrich_files(paths: list[Path]) -> list[dict[str, Any]]:
-    """`vision-rag enrich`: one media-enrichment request per file, with the configured cache and endpoint."""
-    config = load_config()
-    cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
-    vision = vision_client_from_env()
-    results = []
-    for path in paths:
-        try:
-            request = {
-                "domain": config.domain,
-                "config_version": config.config_version,
-                "document": path.parent.name or "files",
-                "images": [{"data": base64.b64encode(path.read_bytes()).decode("ascii"), "name": path.name}],
-            }
-            results.append({"path": str(path), **media_enrichment(request, config, cache, vision)})
-        except (OSError, ValueError) as exc:
-            results.append({"path": str(path), "error": str(exc)})
-    return results

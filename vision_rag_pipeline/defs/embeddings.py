@@ -1,23 +1,14 @@
 """chunk_embeddings: one vector per chunk."""
 
 import dagster as dg
-import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.defs.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.embeddings.cache import encode_cached
 from vision_rag_pipeline.embeddings.encoder import encode, model_variant
-from vision_rag_pipeline.indexes.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
-
-
-class ChunkEmbeddings(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
-
-    model: str
-    dim: int
-    vectors: np.ndarray  # row i embeds chunk i of document_chunks
+from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
 
 
 @dg.asset(

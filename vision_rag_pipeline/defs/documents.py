@@ -1,8 +1,8 @@
-"""The inbox: drop an MHTML or PDF file in a directory and it is ingested; change it and it is re-ingested;
-delete it and it disappears from every index.
+"""The documents area: `raw_documents`, the inbox sensor and the `remove_document` job.
 
-The sensor's cursor maps each file it has seen to its size, mtime and sha256. A file is hashed only when
-its size or mtime moved, and re-ingested only when its hash changed (a `touch` costs nothing).
+Drop an MHTML or PDF file in the inbox and it is ingested; change it and it is re-ingested; delete it
+and it disappears from every index. The sensor's cursor maps each file it has seen to its size, mtime
+and sha256, and a file is re-ingested only when its hash changed.
 
 Deletion runs as its own small job (`remove_document`) rather than inside the sensor: it shows up in the
 UI's run history with its counts, runs wherever runs run (the code that can reach the indexes in a
@@ -10,62 +10,45 @@ cluster), and a failure is visible and retryable instead of failing sensor ticks
 removes the partition, which it must do in the same tick as it notices the deletion.
 """
 
-import hashlib
 import json
-import os
-from pathlib import Path
 
 import dagster as dg
 
-from vision_rag_pipeline.config import home
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource
+from vision_rag_pipeline.documents.inbox import INBOX_ENV, inbox_dir, scan_inbox
+from vision_rag_pipeline.documents.loader import load_document
+from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.documents.registry import document_id_for
-from vision_rag_pipeline.documents.sniff import sniff_document_kind
 from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase, LexicalIndexResource
-
-INBOX_ENV = "VISION_RAG_INBOX"
-DOCUMENT_SUFFIXES = (".mhtml", ".mht", ".pdf")
-_HASH_BLOCK = 1 << 20
 
 
-def inbox_dir() -> Path:
-    """`VISION_RAG_INBOX`, else `$VISION_RAG_HOME/inbox`."""
-    configured = os.environ.get(INBOX_ENV)
-    return Path(configured).expanduser().resolve() if configured else home() / "inbox"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def scan_inbox(inbox: Path, seen: dict[str, dict]) -> dict[str, dict]:
-    """{absolute path: {size, mtime_ns, sha256}} for every document file under `inbox`.
-
-    `seen` is the previous scan: a file whose size and mtime did not move keeps its old hash unread.
-    Files that are not MHTML/PDF by name and by their bytes are left out.
-    """
-    found: dict[str, dict] = {}
-    for path in sorted(inbox.rglob("*")):
-        if path.suffix.lower() not in DOCUMENT_SUFFIXES or path.name.startswith(".") or not path.is_file():
-            continue
-        try:
-            stat = path.stat()
-            key = str(path.resolve())
-            previous = seen.get(key)
-            if previous and (previous["size"], previous["mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
-                found[key] = previous
-                continue
-            if sniff_document_kind(path) is None:
-                continue
-            found[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
-        except OSError:
-            continue  # vanished or unreadable while we looked: the next tick sees the settled state
-    return found
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="documents",
+    kinds={"python", "file"},
+    description="The file as received (MHTML or PDF), parsed into ordered, located elements and images. "
+    "Its data version is the file's sha256, so only changed files make downstream assets stale.",
+)
+def raw_documents(context: dg.AssetExecutionContext, index_db: IndexDatabase) -> dg.Output[LoadedDocument]:
+    registered = index_db.registry().get(context.partition_key)
+    context.log.info(f"loading {registered.source_path}")
+    doc = load_document(registered.abs_path, source_path=registered.source_path)
+    return dg.Output(
+        doc,
+        data_version=dg.DataVersion(doc.sha256),
+        metadata={
+            "source_path": registered.source_path,
+            "sha256": doc.sha256,
+            "size_bytes": doc.size,
+            "mime": doc.mime,
+            "title": doc.title,
+            "pages": doc.pages or 0,
+            "elements": len(doc.elements),
+            "images": len(doc.images),
+            "headers": dg.MetadataValue.json({k: str(v) for k, v in doc.metadata.items()}),
+        },
+    )
 
 
 class RemoveDocumentConfig(dg.Config):

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.model import ImageVerdict
-from vision_rag_pipeline.enrichment.service import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
-from vision_rag_pipeline.partitions import documents_partitions
-from vision_rag_pipeline.resources import IndexDatabase, RagConfigResource
 
 
 def _with_bytes(images: list[ExtractedImage], index_db: IndexDatabase) -> list[DocumentImage]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from pgvector.psycopg import register_vector
 
-from vision_rag_pipeline.config import home
+from vision_rag_pipeline.core.config import home
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}

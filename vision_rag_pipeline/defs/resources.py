@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dagster as dg
 
-from vision_rag_pipeline.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.postgres import database_url
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.images.store import ImageStore
-from vision_rag_pipeline.indexes.lexical import LexicalIndex, open_lexical_index
+from vision_rag_pipeline.indexes.lexical import LexicalIndex
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.indexes.postgres import database_url
 
 
 class RagConfigResource(dg.ConfigurableResource):

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+ES_URL_ENV = "VISION_RAG_ES_URL"
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")

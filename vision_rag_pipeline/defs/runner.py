@@ -21,10 +21,10 @@ import dagster as dg
 from dagster._utils.error import SerializableErrorInfo
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.config import dagster_home
+from vision_rag_pipeline.core.config import dagster_home
+from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
-from vision_rag_pipeline.documents.sniff import sniff_document_kind
-from vision_rag_pipeline.partitions import documents_partitions
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
 _LOCAL_INSTANCE_YAML = """\
@@ -37,19 +37,19 @@ nux:
 concurrency:
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
-# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/local_storage.py)
+# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/defs/local_storage.py)
 run_storage:
-  module: vision_rag_pipeline.local_storage
+  module: vision_rag_pipeline.defs.local_storage
   class: LocalRunStorage
   config:
     base_dir: {home}/history
 event_log_storage:
-  module: vision_rag_pipeline.local_storage
+  module: vision_rag_pipeline.defs.local_storage
   class: LocalEventLogStorage
   config:
     base_dir: {home}/history/runs
 compute_logs:  # captured for the UI, not echoed to the terminal (no tail processes per run)
-  module: vision_rag_pipeline.local_storage
+  module: vision_rag_pipeline.defs.local_storage
   class: CapturedComputeLogManager
   config:
     base_dir: {home}/storage
@@ -57,7 +57,7 @@ compute_logs:  # captured for the UI, not echoed to the terminal (no tail proces
 
 
 # Run events still go to the instance (and the UI); only the terminal echo is quieted.
-_QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 class FailedFile(BaseModel):
@@ -204,8 +204,8 @@ def _init_worker(threads: int) -> None:
     quiet_library_noise()
     # best effort: a missing model or a bad config is reported by each document's run, naming the file
     with suppress(Exception):
-        from vision_rag_pipeline.config import load_config
-        from vision_rag_pipeline.definitions import defs  # noqa: F401  (imported for its load time)
+        from vision_rag_pipeline.core.config import load_config
+        from vision_rag_pipeline.defs.definitions import defs  # noqa: F401  (imported for its load time)
         from vision_rag_pipeline.embeddings.encoder import load_encoder
 
         embedding = load_config().embedding
@@ -214,14 +214,14 @@ def _init_worker(threads: int) -> None:
 
 def run_document(item: tuple[str, str]) -> DocumentOutcome:
     """Materialize the whole asset graph for one registered document in this process."""
-    from vision_rag_pipeline.definitions import defs
+    from vision_rag_pipeline.defs.definitions import defs
 
     path, document_id = item
     result = defs.resolve_job_def("ingest_document").execute_in_process(
         instance=dagster_instance(),
         partition_key=document_id,
         raise_on_error=False,
-        run_config=_QUIET_CONSOLE,
+        run_config=QUIET_CONSOLE,
     )
     if not result.success:
         error = _failure_reason(result)

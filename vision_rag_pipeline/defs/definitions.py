@@ -1,0 +1,52 @@
+"""Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect."""
+
+import dagster as dg
+
+from vision_rag_pipeline.defs.chunks import document_chunks
+from vision_rag_pipeline.defs.documents import inbox_sensor, raw_documents, remove_document_job
+from vision_rag_pipeline.defs.embeddings import chunk_embeddings
+from vision_rag_pipeline.defs.enrichment import image_enrichments, image_verdicts
+from vision_rag_pipeline.defs.images import extracted_images
+from vision_rag_pipeline.defs.indexes import (
+    audit_after_index_changes,
+    audit_indexes_job,
+    lexical_index,
+    no_orphan_rows,
+    pgvector_index,
+    reindex_job,
+    reindex_schedule,
+)
+from vision_rag_pipeline.defs.io_manager import PickledAssetIOManager
+from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
+from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
+from vision_rag_pipeline.defs.versions import code_versions, version_sensor
+
+_CODE_VERSIONS = code_versions()
+
+ALL_ASSETS = dg.map_asset_specs(
+    lambda spec: spec.replace_attributes(code_version=_CODE_VERSIONS.get(spec.key.to_user_string())),
+    [
+        raw_documents,
+        extracted_images,
+        image_verdicts,
+        image_enrichments,
+        document_chunks,
+        chunk_embeddings,
+        pgvector_index,
+        lexical_index,
+    ],
+)
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    asset_checks=[no_orphan_rows],
+    jobs=[ingest_document_job, reenrich_job, remove_document_job, reindex_job, audit_indexes_job],
+    sensors=[inbox_sensor, version_sensor, audit_after_index_changes],
+    schedules=[reindex_schedule],
+    resources={
+        "io_manager": PickledAssetIOManager(),
+        "index_db": IndexDatabase(),
+        "lexical": LexicalIndexResource(),
+        "rag_config": RagConfigResource(),
+    },
+)

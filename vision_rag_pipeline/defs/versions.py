@@ -1,0 +1,191 @@
+"""Versions of the settings that shape each derived asset, so a config change re-runs only what it touched.
+
+Each version is a short hash of exactly the settings that change an asset's output: the Dagster
+`code_version` of the asset. When it differs from the one a partition was last materialized with,
+that partition is stale from this asset on, and nothing upstream of it needs to run again.
+Settings that change only speed (OCR workers, batch sizes) or bookkeeping (cache expiry) are left out.
+
+`version_sensor` compares, per partition, the version recorded on the latest materialization (tag
+`dagster/code_version`) with the current one; where they differ it requests a run of that asset and
+everything downstream of it: never raw_documents or extracted_images, which no setting changes. The
+enrichment and embedding caches make the re-run pay only for images and chunk texts that really changed.
+
+A sensor rather than `AutomationCondition.code_version_changed()`: the condition compares with the
+previous evaluation tick only, so a change deployed while the daemon was off, or a partition that
+failed to re-run, would never be picked up again; the recorded versions are the durable truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import NamedTuple
+
+import dagster as dg
+from dagster import DagsterEventType
+
+from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
+from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.embeddings.encoder import resolve_precision
+from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
+from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
+from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
+
+VERSION_LENGTH = 12
+
+
+def _short_hash(settings: dict) -> str:
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:VERSION_LENGTH]
+
+
+def classifier_version(config: RagConfig) -> str:
+    """What decides IGNORE vs VISION: the classifier switch and threshold, and the classifier's revision."""
+    return _short_hash(
+        {
+            "classifier": config.media_enrichment.features.classifier.model_dump(mode="json"),
+            "revision": CLASSIFIER_REVISION,
+        }
+    )
+
+
+def enrichment_version(config: RagConfig, engine: str) -> str:
+    """What an image's Meta-Content depends on: the vision model call, OCR, fusion and who computes it,
+    plus `config_version`, the user's explicit "re-enrich everything" switch (it is also in the cache key).
+
+    `engine` is "offline" or the vision endpoint (see `enrichment.cache.cache_key`): switching from
+    OCR-only to a real vision model must re-enrich even when no setting changed.
+    """
+    enrichment = config.media_enrichment
+    return _short_hash(
+        {
+            "mllm": enrichment.features.mllm.model_dump(mode="json"),
+            "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
+            "ocr_revision": OCR_REVISION,
+            "fusion": enrichment.fusion.model_dump(mode="json"),
+            "engine": engine,
+            "config_version": config.config_version,
+        }
+    )
+
+
+def chunking_version(config: RagConfig) -> str:
+    """How a document becomes chunks: loader and splitter settings, and the chunk builder's revision."""
+    return _short_hash(
+        {
+            "loader": config.loader.model_dump(mode="json"),
+            "splitter": config.splitter.model_dump(mode="json"),
+            "revision": CHUNKING_REVISION,
+        }
+    )
+
+
+def embedding_version(config: RagConfig) -> str:
+    """Which model embeds the chunks and at which precision (the batch size does not change a vector).
+
+    `auto` counts as the precision it resolves to on this machine: it embeds in bfloat16 only where
+    the CPU computes it natively, so two machines can produce (slightly) different vectors.
+    """
+    embedding = config.embedding
+    return _short_hash({"model": embedding.model, "precision": resolve_precision(embedding.precision)})
+
+
+def code_versions() -> dict[str, str]:
+    """Each derived asset's version: a hash of the settings that shape it, from the config in effect now."""
+    config = load_config()
+    vision = vision_client_from_env()
+    engine = (
+        vision.engine
+        if vision is not None and config.media_enrichment.features.mllm.enabled
+        else OFFLINE_ENGINE
+    )
+    return {
+        "image_verdicts": classifier_version(config),
+        "image_enrichments": enrichment_version(config, engine),
+        "document_chunks": chunking_version(config),
+        "chunk_embeddings": embedding_version(config),
+    }
+
+
+CODE_VERSION_TAG = "dagster/code_version"
+_FETCH_BATCH = 500
+
+
+class Recorded(NamedTuple):
+    storage_id: int  # of the latest materialization: changes with every new one
+    version: str | None  # its code version; None when it was made before versioning
+
+
+def recorded_versions(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> dict[str, Recorded]:
+    """{partition: what its latest materialization of `asset_key` recorded}."""
+    latest = instance.event_log_storage.get_latest_storage_id_by_partition(
+        asset_key, DagsterEventType.ASSET_MATERIALIZATION
+    )
+    storage_ids = sorted(latest.values())
+    tags_by_id: dict[int, dict[str, str]] = {}
+    for start in range(0, len(storage_ids), _FETCH_BATCH):
+        batch = storage_ids[start : start + _FETCH_BATCH]
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, storage_ids=batch), limit=len(batch)
+        ).records
+        tags_by_id.update({r.storage_id: dict(r.asset_materialization.tags or {}) for r in records})
+    return {
+        partition: Recorded(storage_id, tags_by_id.get(storage_id, {}).get(CODE_VERSION_TAG))
+        for partition, storage_id in latest.items()
+    }
+
+
+def stale_assets_by_partition(
+    instance: dg.DagsterInstance, current_versions: dict[dg.AssetKey, str], partitions: set[str]
+) -> dict[str, dict[dg.AssetKey, Recorded]]:
+    """{partition: {asset whose recorded version differs from the current one: what was recorded}}."""
+    stale: dict[str, dict[dg.AssetKey, Recorded]] = {}
+    for asset_key, version in current_versions.items():
+        for partition, recorded in recorded_versions(instance, asset_key).items():
+            if partition in partitions and recorded.version != version:
+                stale.setdefault(partition, {})[asset_key] = recorded
+    return stale
+
+
+@dg.sensor(
+    name="version_sensor",
+    job_name="ingest_document",
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When the enrichment, classifier, chunking or embedding settings change, re-runs the "
+    "changed asset and its downstream assets for every partition materialized with the old settings.",
+)
+def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    asset_graph = context.repository_def.asset_graph
+    current_versions = {
+        key: asset_graph.get(key).code_version
+        for key in asset_graph.materializable_asset_keys
+        if asset_graph.get(key).code_version is not None
+    }
+    partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
+    stale = stale_assets_by_partition(context.instance, current_versions, partitions)
+    run_requests = []
+    for partition, changed in sorted(stale.items()):
+        selection = dg.AssetSelection.assets(*changed).downstream().resolve(asset_graph)
+        run_requests.append(
+            dg.RunRequest(
+                partition_key=partition,
+                asset_selection=sorted(selection, key=lambda key: key.to_user_string()),
+                # One run per stale state, however many ticks see it before the run lands.
+                run_key=f"{partition}:"
+                + ",".join(
+                    f"{key.to_user_string()}#{recorded.storage_id}@{current_versions[key]}"
+                    for key, recorded in changed.items()
+                ),
+                tags={
+                    "vision_rag/stale": ", ".join(
+                        f"{key.to_user_string()} {recorded.version or 'unversioned'} -> "
+                        f"{current_versions[key]}"
+                        for key, recorded in changed.items()
+                    )
+                },
+            )
+        )
+    return dg.SensorResult(run_requests=run_requests)
