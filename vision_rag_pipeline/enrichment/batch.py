@@ -17,6 +17,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import MllmFeature, RagConfig, cpu_threads
+from vision_rag_pipeline.core.sniff import is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE, EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.cost import vision_tokens
@@ -51,10 +52,6 @@ class EnrichmentBatch(BaseModel):
 # --- OCR in a process pool -----------------------------------------------------------------------
 
 
-def _looks_like_svg(image: DocumentImage) -> bool:
-    return "svg" in image.mime.lower() or b"<svg" in image.data[:2048].lower()
-
-
 def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
     """An SVG we cannot rasterize is read from its own <text>/<title>: exact, so full confidence."""
     try:
@@ -78,7 +75,7 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
         try:
             picture = load_image(image.data, image.mime)
         except ImageError as exc:
-            return _svg_ocr(image.data) if _looks_like_svg(image) else (OcrResult(), str(exc))
+            return _svg_ocr(image.data) if is_svg(image.data, image.mime) else (OcrResult(), str(exc))
         try:
             return ocr_image(picture, ocr_config.languages), None
         except OcrError as exc:
