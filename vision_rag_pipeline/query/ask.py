@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
 from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
-from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS, QUESTION_WORDS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
@@ -36,11 +36,6 @@ from vision_rag_pipeline.query.search import Hit, chunk_similarities, search_que
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
-_QUESTION_WORD_LIST = (
-    "what which who whom whose when where why how did does do was were is are has have had much many "
-    "can could would should will shall"
-)
-_QUESTION_WORDS = frozenset(_QUESTION_WORD_LIST.split())
 _TERM = re.compile(r"[\w$%.,']*\w%?")
 _BOUNDARY = re.compile(r"(?<=[.!?:])\s+(?=[\"'(\[]?[A-Z0-9$])|\n\s*\n|\n(?=\s*[^a-z\s])")
 _META_BLOCK = re.compile(r"<meta>.*?</meta>\s*<content>\s*|\s*</content>\s*$", re.S)
@@ -117,7 +112,7 @@ def question_terms(text: str) -> set[str]:
     terms = set()
     for token in _TERM.findall(text.lower()):
         token = token.strip(".,'")
-        if token and token not in ENGLISH_STOP_WORDS and token not in _QUESTION_WORDS:
+        if token and token not in ENGLISH_STOP_WORDS and token not in QUESTION_WORDS:
             terms.add(token[:5] if token.isalpha() else token)
     return terms
 

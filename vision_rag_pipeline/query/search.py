@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
 from vision_rag_pipeline.core.postgres import connect
-from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS, QUESTION_WORDS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -256,31 +256,6 @@ def search_queries(
 
 _IDENTIFIER = re.compile(r"\b(?:[A-Z][\w&'-]*[a-z][\w&'-]*|Q[1-4]|(?:19|20)\d\d)\b")
 _WORD = re.compile(r"[\w&'’-]+")
-_QUESTION_WORDS = frozenset(
-    [
-        "how",
-        "many",
-        "much",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "according",
-        "did",
-        "does",
-        "do",
-        "was",
-        "were",
-        "is",
-        "are",
-    ]
-)
-
-
 _MONTHS = (
     "january",
     "february",
@@ -311,7 +286,7 @@ def query_identifiers(query: str) -> set[str]:
     """
     tokens = {_normalized(token) for token in _IDENTIFIER.findall(query)}
     quarters = {f"q{_MONTHS.index(month.lower()) // 3 + 1}" for month in _MONTH_AND_YEAR.findall(query)}
-    return (tokens | quarters) - ENGLISH_STOP_WORDS - _QUESTION_WORDS
+    return (tokens | quarters) - ENGLISH_STOP_WORDS - QUESTION_WORDS
 
 
 def _normalized(token: str) -> str:
@@ -334,7 +309,7 @@ def content_query(query: str) -> str:
         for word in _WORD.findall(query)
         if _normalized(word) not in dropped
         and word.lower() not in ENGLISH_STOP_WORDS
-        and word.lower() not in _QUESTION_WORDS
+        and word.lower() not in QUESTION_WORDS
     ]
     return " ".join(kept)
 
