@@ -32,7 +32,7 @@ from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
-from vision_rag_pipeline.query.search import Hit, chunk_similarities, search_queries
+from vision_rag_pipeline.query.search import Hit, search_queries, vector_store
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
@@ -129,10 +129,11 @@ def _tokens(text: str) -> int:
 
 
 def relevant_context(
-    question_vector: np.ndarray, hits: list[Hit], answer: AnswerConfig
+    question_vector: np.ndarray, hits: list[Hit], config: RagConfig
 ) -> tuple[list[Hit], dict[str, float]]:
     """The hits worth showing the answerer: relevance filter, at most N documents, token budget."""
-    similarity = chunk_similarities(question_vector, [h.chunk_id for h in hits])
+    answer = config.answer
+    similarity = vector_store(config.embedding.model).similarities(question_vector, [h.chunk_id for h in hits])
     kept: list[Hit] = []
     documents: list[str] = []
     budget = answer.context_token_budget
@@ -359,7 +360,7 @@ def ask(
         queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
     hits = search_queries(queries, k, config=config)
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
-    context, _ = relevant_context(question_vector, hits, settings)
+    context, _ = relevant_context(question_vector, hits, config)
     client = client or (vision_client_from_env() if settings.use_llm else None)
 
     located: list[tuple[Hit, Match]] = []
