@@ -5,6 +5,9 @@ and write: about 330 times per ingest run here, roughly 1 s of CPU per document,
 document's embedding. These subclasses keep one engine per database file and reuse its
 connections; what is stored, and where, is unchanged, so `dagster dev` and the UI read the same
 files. Production deployments use dagster-postgres instead (dagster.yaml at the repo root).
+
+The `dagster._…` imports are the storages and log manager subclassed here and the helpers their
+overridden methods must call: Dagster has no public base for custom storages.
 """
 
 from __future__ import annotations

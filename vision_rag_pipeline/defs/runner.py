@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
-from dagster._utils.error import SerializableErrorInfo
+from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import dagster_home
