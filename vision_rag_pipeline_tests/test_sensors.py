@@ -307,3 +307,13 @@ def test_removed_partitions_are_left_alone(instance):
     materialize_all(instance, "a", {"image_enrichments": "old"})
     instance.delete_dynamic_partition(documents_partitions.name, "a")
     assert not version_tick(instance).run_requests
+
+
+def test_a_config_file_change_is_seen_without_reloading_the_definitions(instance, tmp_path, monkeypatch):
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a")  # with the versions the definitions were loaded with
+    config = tmp_path / "rag.yaml"
+    config.write_text("media_enrichment: {features: {mllm: {prompt: 'Describe the chart.'}}}\n")
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+
+    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}

@@ -9,6 +9,7 @@ from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
+from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
@@ -52,7 +53,9 @@ def image_verdicts(
 @dg.asset(
     partitions_def=documents_partitions,
     group_name="enrichment",
-    kinds={"python", "openai"},
+    # Kinds are fixed when the code location loads: "openai" only when an endpoint is configured then
+    # (each run reads the environment itself; the metadata's `engine` says what really computed it).
+    kinds={"python", "tesseract"} | ({"openai"} if vision_client_from_env() else set()),
     pool="vision_model",
     description="For VISION images: preprocessing, OCR, vision-LLM description when an endpoint is "
     "configured, fused into a Meta-Content chunk; served from the enrichment cache when the key matches.",
@@ -89,7 +92,11 @@ def image_enrichments(
             "enrichment_calls": batch.calls,
             "cache_hits": batch.cache_hits,
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
-            "vision_tokens_estimate": batch.vision_tokens,
+            "engine": batch.engine,
+            # Offline nothing is billed: the figure is what a vision model would cost, labelled so.
+            "vision_tokens_estimate" if batch.engine != OFFLINE_ENGINE else "vision_tokens_if_enabled": (
+                batch.vision_tokens
+            ),
             "fallbacks": len(batch.errors),
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
