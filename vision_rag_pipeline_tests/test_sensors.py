@@ -1,5 +1,6 @@
 """The inbox sensor (add, change, touch, delete, ignore) and the version sensor, driven tick by tick."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
 from vision_rag_pipeline.documents import inbox as inbox_module
-from vision_rag_pipeline.documents.inbox import INBOX_ENV, scan_inbox
+from vision_rag_pipeline.documents.inbox import INBOX_ENV, file_sha256, scan_inbox
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -43,11 +44,11 @@ def inbox(tmp_path, pg_url, monkeypatch) -> Path:
     return path
 
 
-def tick(instance) -> dg.SensorResult | dg.SkipReason:
+def tick(instance, cursor: str | None = None) -> dg.SensorResult | dg.SkipReason:
     from vision_rag_pipeline.definitions import defs
 
     context = dg.build_sensor_context(
-        instance=instance, definitions=defs, resources={"index_db": IndexDatabase()}
+        instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
     )
     return inbox_sensor(context)
 
@@ -114,6 +115,24 @@ def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg
     monkeypatch.setattr(inbox_module, "sniff_document_kind", no_reading)
     assert isinstance(tick(instance), dg.SkipReason)
     assert row_versions() == before and len(before) == 5
+
+
+def test_the_state_an_older_version_kept_in_the_cursor_is_adopted_not_re_ingested(instance, inbox):
+    unchanged, edited = Path(shutil.copy(PDF, inbox)), Path(shutil.copy(MHTML, inbox))
+    old_cursor = {
+        str(path): {
+            "size": path.stat().st_size,
+            "mtime_ns": path.stat().st_mtime_ns,
+            "sha256": file_sha256(path),
+        }
+        for path in (unchanged, edited)
+    }
+    edited.write_bytes(edited.read_bytes() + b"\n")
+
+    [request] = ingest_requests(tick(instance, json.dumps({"files": old_cursor})))
+
+    assert request.partition_key == document_id_for(edited) and request.tags["vision_rag/change"] == "changed"
+    assert known_files(inbox) == {bytes(unchanged), bytes(edited)}
 
 
 def test_changed_content_re_runs_the_same_partition(instance, inbox):

@@ -7,6 +7,9 @@ re-ingested only when its hash changed. The sensor targets both jobs it requests
 and `remove_document` (Dagster refuses a RunRequest for a job the sensor does not declare).
 """
 
+import json
+import os
+
 import dagster as dg
 
 from vision_rag_pipeline.core.config import sensor_interval_seconds
@@ -15,7 +18,7 @@ from vision_rag_pipeline.defs.jobs import ingest_document_job
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.documents.inbox import INBOX_ENV, inbox_dir, scan_inbox
-from vision_rag_pipeline.documents.registry import display_path
+from vision_rag_pipeline.documents.registry import FileState, display_path
 
 MAX_LOGGED_SKIPS = 20  # the same links are skipped on every tick: name a few, count the rest
 
@@ -38,6 +41,10 @@ def inbox_sensor(
         return dg.SkipReason(f"inbox {inbox} does not exist; create it or set {INBOX_ENV}")
     registry = index_db.registry()
     known = registry.inbox_files(bytes(inbox.resolve()))
+    if context.cursor:  # the state an older version kept in the cursor: adopt it once, not re-ingest all
+        registry.record_inbox({p: s for p, s in _cursor_state(context.cursor).items() if p not in known})
+        known = registry.inbox_files(bytes(inbox.resolve()))
+        context.update_cursor(None)
     scan = scan_inbox(inbox, {path: entry.state for path, entry in known.items()})
     for reason in scan.skipped[:MAX_LOGGED_SKIPS]:
         context.log.warning(f"skipped {reason}")
@@ -82,3 +89,9 @@ def inbox_sensor(
     if not run_requests:
         return dg.SkipReason(f"no change among {len(scan.files)} files in {inbox}")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests)
+
+
+def _cursor_state(cursor: str) -> dict[bytes, FileState]:
+    """{path: state} from the cursor the sensor kept before its state moved to the registry."""
+    files = json.loads(cursor).get("files", {})
+    return {os.fsencode(path): FileState(s["size"], s["mtime_ns"], s["sha256"]) for path, s in files.items()}
