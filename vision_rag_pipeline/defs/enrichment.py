@@ -82,6 +82,8 @@ def image_enrichments(
     for error in batch.errors:
         context.log.warning(error)
     looked_up = batch.calls + batch.cache_hits
+    # Offline nothing is billed: the figure is what a vision model would cost, and is labelled so.
+    tokens_label = "vision_tokens_if_enabled" if batch.engine == OFFLINE_ENGINE else "vision_tokens_estimate"
     preview = "\n\n".join(
         f"**{r.image_url}**\n\n```\n{r.meta_content[:600]}\n```" for r in list(batch.results.values())[:3]
     )
@@ -93,10 +95,7 @@ def image_enrichments(
             "cache_hits": batch.cache_hits,
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
             "engine": batch.engine,
-            # Offline nothing is billed: the figure is what a vision model would cost, labelled so.
-            "vision_tokens_estimate" if batch.engine != OFFLINE_ENGINE else "vision_tokens_if_enabled": (
-                batch.vision_tokens
-            ),
+            tokens_label: batch.vision_tokens,
             "fallbacks": len(batch.errors),
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
