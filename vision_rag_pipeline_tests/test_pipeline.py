@@ -127,3 +127,13 @@ def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
         "lexical_rows_match_chunks": True,
     }
     assert PgVectorStore(384).count(document_id) == len(chunks)
+
+
+def test_offline_enrichment_claims_no_vision_model(instance: dg.DagsterInstance) -> None:
+    """With no endpoint configured, the UI shows no OpenAI kind and no billed token estimate."""
+    _, result = _materialize(instance, SAMPLE_FILES[0])
+    spec = next(s for s in defs.resolve_all_asset_specs() if s.key.to_user_string() == "image_enrichments")
+    assert set(spec.kinds) == {"python", "tesseract"}
+    metadata = result.asset_materializations_for_node("image_enrichments")[0].metadata
+    assert metadata["engine"].value == "offline" and "vision_tokens_estimate" not in metadata
+    assert metadata["vision_tokens_if_enabled"].value > 0  # still there to plan for, named for what it is

@@ -230,3 +230,19 @@ def cpu_threads() -> int:
     """Threads this process may keep busy (OCR, torch): its share of the cores when ingest runs
     several documents at once (`VISION_RAG_THREADS`), else every core."""
     return int(os.environ.get("VISION_RAG_THREADS") or os.cpu_count() or 1)
+
+
+SENSOR_INTERVAL_ENV = "VISION_RAG_SENSOR_INTERVAL_SECONDS"
+REINDEX_CRON_ENV = "VISION_RAG_REINDEX_CRON"
+
+
+def sensor_interval_seconds(default: int) -> int:
+    """Seconds between a sensor's ticks: `VISION_RAG_SENSOR_INTERVAL_SECONDS` for every sensor (read
+    when the code location loads), else the sensor's own default."""
+    return int(os.environ.get(SENSOR_INTERVAL_ENV) or default)
+
+
+def reindex_cron() -> str:
+    """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
+    03:00 every night."""
+    return os.environ.get(REINDEX_CRON_ENV) or "0 3 * * *"

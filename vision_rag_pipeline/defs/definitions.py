@@ -3,10 +3,11 @@
 import dagster as dg
 
 from vision_rag_pipeline.defs.chunks import document_chunks
-from vision_rag_pipeline.defs.documents import inbox_sensor, raw_documents, remove_document_job
+from vision_rag_pipeline.defs.documents import raw_documents, remove_document_job
 from vision_rag_pipeline.defs.embeddings import chunk_embeddings
 from vision_rag_pipeline.defs.enrichment import image_enrichments, image_verdicts
 from vision_rag_pipeline.defs.images import extracted_images
+from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.indexes import (
     audit_after_index_changes,
     audit_indexes_job,

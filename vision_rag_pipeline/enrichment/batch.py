@@ -46,6 +46,7 @@ class EnrichmentBatch(BaseModel):
     calls: int = 0  # enrichments computed (cache misses): OCR + fusion, plus the VLM when configured
     cache_hits: int = 0
     vision_tokens: int = 0  # what the provider bills for these images (low: 85; high/auto: by 512-px tiles)
+    engine: str = OFFLINE_ENGINE  # who computed them: "offline" (OCR + rules) or the vision endpoint
     errors: list[str] = Field(default_factory=list)
 
 
@@ -231,7 +232,7 @@ def enrich_document_images(
     hits = cache.get_many(keys.values(), expiry=features.cache.expiry) if use_cache else {}
 
     estimates = {sha: _token_estimate(image, features.mllm.detail_mode) for sha, image in unique.items()}
-    batch = EnrichmentBatch(vision_tokens=sum(estimates.values()))
+    batch = EnrichmentBatch(vision_tokens=sum(estimates.values()), engine=engine)
     sources = {sha: f"{document_name}/{image.name}" for sha, image in unique.items()}
     misses: dict[str, DocumentImage] = {}
     for sha, image in unique.items():
