@@ -54,7 +54,8 @@ _SCRIPT_RANGES = {
     "Latin": "A-Za-z\u00c0-\u024f",
 }
 _SCRIPT_CHAR = {script: re.compile(f"[{chars}]") for script, chars in _SCRIPT_RANGES.items()}
-CJK_RUN = re.compile(f"[{_SCRIPT_RANGES['Kana']}{_SCRIPT_RANGES['Han']}{_SCRIPT_RANGES['Hangul']}]+")
+CJK_CHAR = re.compile(f"[{_SCRIPT_RANGES['Kana']}{_SCRIPT_RANGES['Han']}{_SCRIPT_RANGES['Hangul']}]")
+CJK_RUN = re.compile(CJK_CHAR.pattern + "+")
 # The language a script stands for when only the script is known (Latin counts as English).
 SCRIPT_LANGUAGE = {"Han": "zh", "Kana": "ja", "Hangul": "ko", "Cyrillic": "ru", "Latin": "en"}
 
