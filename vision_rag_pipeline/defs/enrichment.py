@@ -11,6 +11,7 @@ from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -78,6 +79,9 @@ def image_enrichments(
     )
     for error in batch.errors:
         context.log.warning(error)
+    for language in missing_languages(config.media_enrichment.ocr.languages):
+        context.log.warning(missing_language_warning(language))
+    read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
     looked_up = batch.calls + batch.cache_hits
     preview = "\n\n".join(
         f"**{r.image_url}**\n\n```\n{r.meta_content[:600]}\n```" for r in list(batch.results.values())[:3]
@@ -91,6 +95,7 @@ def image_enrichments(
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
             "vision_tokens_estimate": batch.vision_tokens,
             "fallbacks": len(batch.errors),
+            "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )
