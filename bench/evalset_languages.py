@@ -90,7 +90,7 @@ TEXT = {
         "title": "{company}{year}年第{quarter}季度经营报告",
         "slide_title": "{year}年第{quarter}季度经营概况",
         "chart_title": "{year}年第{quarter}季度各地区销售额（百万元）",
-        "scan_title": "{company}内部备忘录",
+        "scan_title": "{company}{year}年第{quarter}季度内部备忘录",
         "body": "本报告介绍{company}{year}年第{quarter}季度的经营情况、各地区销售和管理层意见。",
         "slide_caption": "图1. 经营概况",
         "chart_caption": "图2. 各地区销售额",
@@ -102,7 +102,7 @@ TEXT = {
         "title": "{company}: отчёт о деятельности за {quarter} квартал {year} года",
         "slide_title": "Итоги {quarter} квартала {year} года",
         "chart_title": "Продажи по регионам, {quarter} кв. {year}, млн руб.",
-        "scan_title": "{company}: служебная записка",
+        "scan_title": "{company}: служебная записка за {quarter} кв. {year} г.",
         "body": "В отчёте описаны результаты компании «{company}» за {quarter} квартал {year} года, "
         "продажи по регионам и комментарии руководства.",
         "slide_caption": "Рис. 1. Основные показатели",
@@ -210,7 +210,7 @@ def render_scan(report: Report, rng: random.Random) -> Image.Image:
     draw = ImageDraw.Draw(img)
     draw.text(
         (110, 140),
-        text["scan_title"].format(company=report.company),
+        text["scan_title"].format(company=report.company, year=report.year, quarter=report.quarter),
         font=_font(report.language, 44),
         fill=30,
     )
@@ -292,6 +292,7 @@ def questions_for(report: Report, mhtml: str, pdf: str) -> list[dict]:
             "kind": "image",
             "image_kind": f"{report.language} {row['image_kind']}",
             "degradation": report.language,
+            "language": report.language,
         }
         for row in rows
     ]
