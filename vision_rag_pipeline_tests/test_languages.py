@@ -5,12 +5,9 @@ DejaVu fonts); OCR tests skip when Tesseract lacks chi_sim or rus."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given
@@ -30,23 +27,10 @@ from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.indexes.tantivy_index import build_query, russian_tokens
 from vision_rag_pipeline.query.ask import question_terms, sentences
 from vision_rag_pipeline.query.localize import find_excerpt
+from vision_rag_pipeline_tests.conftest import bench_module
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-LANGUAGES = ["eng", "chi_sim", "rus"]
-
-
-def _bench_module(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-evalset_languages = _bench_module("evalset_languages")
+evalset_languages = bench_module("evalset_languages")
+LANGUAGES = evalset_languages.OCR_LANGUAGES  # eng, chi_sim, rus
 
 needs_ocr_languages = pytest.mark.skipif(
     not {"chi_sim", "rus"} <= ocr.available_languages(), reason="Tesseract lacks chi_sim or rus traineddata"
