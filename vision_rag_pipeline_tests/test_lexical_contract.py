@@ -260,6 +260,18 @@ def test_chinese_query_matches_the_chinese_chunk(index: LexicalIndex) -> None:
     assert ids(index.search("评估", 5)) == ["zh"]
 
 
+def test_an_inflected_russian_query_matches_by_stem(index: LexicalIndex) -> None:
+    index.replace_document(
+        "ru",
+        [
+            doc("revenue", "ru", "Выручка компании выросла на 12 процентов."),
+            doc("staff", "ru", "Численность персонала не изменилась."),
+        ],
+    )
+    assert ids(index.search("Какой была выручка компаний?", 5))[:1] == ["revenue"]  # выручка ~ выручки
+    assert ids(index.search("численности персонала", 5))[:1] == ["staff"]
+
+
 def test_rebuild_swaps_in_the_new_index_while_searches_keep_answering(index: LexicalIndex) -> None:
     load_corpus(index)
     before = ids(index.search("chart", 10))
