@@ -159,6 +159,16 @@ def _font(language: str, size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(FONTS[language], size)
 
 
+def _fitting_font(
+    draw: ImageDraw.ImageDraw, text: str, language: str, size: int, width: int
+) -> ImageFont.FreeTypeFont:
+    """The font at `size`, or smaller so the line fits in `width` px (a line running off the page
+    would be lost to OCR, not misread)."""
+    while size > 12 and draw.textlength(text, font=_font(language, size)) > width:
+        size -= 2
+    return _font(language, size)
+
+
 def render_slide(report: Report) -> Image.Image:
     """A presentation slide: a coloured title band and one bullet per metric."""
     text = TEXT[report.language]
@@ -208,16 +218,12 @@ def render_scan(report: Report, rng: random.Random) -> Image.Image:
     text = TEXT[report.language]
     img = Image.new("L", (1240, 1754), 236)
     draw = ImageDraw.Draw(img)
-    draw.text(
-        (110, 140),
-        text["scan_title"].format(company=report.company, year=report.year, quarter=report.quarter),
-        font=_font(report.language, 44),
-        fill=30,
-    )
+    title = text["scan_title"].format(company=report.company, year=report.year, quarter=report.quarter)
+    draw.text((110, 140), title, font=_fitting_font(draw, title, report.language, 44, 1020), fill=30)
     y = 280
     for metric, value, unit in report.scan:
         line = text["scan_line"].format(metric=metric, value=value, unit=unit)
-        draw.text((110, y), line, font=_font(report.language, 34), fill=40)
+        draw.text((110, y), line, font=_fitting_font(draw, line, report.language, 34, 1020), fill=40)
         y += 90
     img = img.rotate(rng.uniform(-1.5, 1.5), resample=Image.Resampling.BICUBIC, fillcolor=236)
     noise = np.random.default_rng(rng.randint(0, 2**31)).normal(0, 12, (img.height, img.width))
