@@ -107,7 +107,7 @@ TEXT = {
         "продажи по регионам и комментарии руководства.",
         "slide_caption": "Рис. 1. Основные показатели",
         "chart_caption": "Рис. 2. Продажи по регионам",
-        "scan_line": "{metric} за квартал составила {value} {unit}.",
+        "scan_line": "{metric} за квартал — {value} {unit}",
         "metric_question": "Каким было значение {metric_genitive} компании «{company}» за {quarter} квартал {year} года?",
         "region_question": "Каковы продажи компании «{company}» в регионе {region} за {quarter} квартал {year} года?",
     },
