@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION or LANGUAGE_REVISION,
 # as it must).
-PINNED_KEY = "intranet-2024-07-22-f75718eee9899c1465c7a4f225d718c9c2a9afc165d01e45f8045e55cbe37713"
+PINNED_KEY = "intranet-2024-07-22-c7cbf6f4bbc8746f37bb556ff70ba7ecf076fda280c8991cb57b84a84b7dff85"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -730,7 +730,7 @@ def probe_text(img: Image.Image) -> OcrResult:
 
 
 # Bump when the choice of languages per image changes (cache key and enrichment code version include it).
-LANGUAGE_REVISION = 1
+LANGUAGE_REVISION = 2
 SCRIPT_MIN_SHARE = 0.15  # a script with less of the image's letters than this is a misreading
 _WIDE_SCRIPTS = frozenset({"Han", "Kana", "Hangul"})  # one character of these is about a short word
 # The script(s) each Tesseract language reads; a language not named here is written in Latin.
@@ -759,7 +759,9 @@ def detect_languages(img: Image.Image, languages: list[str]) -> list[str]:
     (Tesseract's own script detection, OSD, needs a page of text and answers nothing for a chart
     label), and the image is then read with the languages of the scripts it holds: reading a
     Latin page with Russian in the mix turns "Q3" into "ОЗ", a Chinese one with English only
-    gives "48.7 (270".
+    gives "48.7 (270". A Chinese, Japanese or Korean image is read with English too (when
+    configured): its numbers and Latin words read better with it (55 of 56 numbers on generated
+    Chinese charts and scans against 52 with chi_sim alone).
     """
     usable = usable_languages(languages or ["eng"])
     if len(usable) == 1:
@@ -776,4 +778,6 @@ def detect_languages(img: Image.Image, languages: list[str]) -> list[str]:
     present = [s for s in sorted(weights, key=lambda s: -weights[s]) if weights[s] >= SCRIPT_MIN_SHARE * total]
     chosen = [lang for script in present for lang in usable if language_scripts(lang)[0] == script]
     chosen += [lang for script in present for lang in usable if script in language_scripts(lang)[1:]]
+    if present and present[0] in _WIDE_SCRIPTS and "eng" in usable:
+        chosen.append("eng")
     return list(dict.fromkeys(chosen)) or usable[:1]
