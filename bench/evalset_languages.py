@@ -16,7 +16,6 @@ DejaVu Sans (Russian), both installed by scripts/setup.sh.
 from __future__ import annotations
 
 import argparse
-import base64
 import io
 import json
 import quopri
@@ -24,12 +23,11 @@ import random
 import sys
 import zlib
 from dataclasses import dataclass, field
-from email.generator import BytesGenerator
 from email.message import Message
-from email.policy import compat32
 from pathlib import Path
 
 import numpy as np
+from evalset import with_image_parts  # bench/ is on the path: scripts run from it, tests add it
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 FONTS = {
@@ -264,18 +262,7 @@ def write_mhtml(report: Report, slide: bytes, chart: bytes) -> bytes:
     page["Content-Location"] = base
     page.set_payload(quopri.encodestring(page_html.encode("utf-8")).decode("ascii"))
     archive.attach(page)
-    for url, data in zip(urls, (slide, chart), strict=True):
-        part = Message()
-        part["Content-Type"] = "image/png"
-        part["Content-Transfer-Encoding"] = "base64"
-        part["Content-Location"] = url
-        part.set_payload(base64.encodebytes(data).decode("ascii"))
-        archive.attach(part)
-    buffer = io.BytesIO()
-    BytesGenerator(
-        buffer, mangle_from_=False, policy=compat32.clone(linesep="\r\n", max_line_length=0)
-    ).flatten(archive)
-    return buffer.getvalue()
+    return with_image_parts(archive, [(urls[0], slide, "image/png"), (urls[1], chart, "image/png")])
 
 
 def questions_for(report: Report, mhtml: str, pdf: str) -> list[dict]:

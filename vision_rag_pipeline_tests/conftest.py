@@ -63,9 +63,12 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 def bench_module(name: str) -> ModuleType:
-    """A script of bench/ (not a package) imported as a module, once."""
+    """A script of bench/ (not a package) imported as a module, once; bench/ goes on the path, so
+    the scripts import each other as they do when run."""
     if name in sys.modules:
         return sys.modules[name]
+    if str(BENCH) not in sys.path:
+        sys.path.append(str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -211,3 +211,16 @@ def test_chinese_and_russian_reports_ingest_and_answer_in_their_language(
             found[question["language"]] += 1
     totals = {lang: sum(q["language"] == lang for q in questions) for lang in found}
     assert all(found[lang] >= 0.8 * totals[lang] for lang in found), (found, totals)
+
+
+def test_the_ingest_summary_warns_once_about_a_missing_ocr_language(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vision_rag_pipeline.defs.runner import language_warnings
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"media_enrichment": {"ocr": {"languages": ["eng", "xyz_test"]}}}))
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    warnings = language_warnings(["en"])
+    assert len(warnings) == 1 and "tesseract-ocr-xyz-test" in warnings[0]
+    assert language_warnings(["en", "ru"])[1:] and "English-only" in language_warnings(["ru"])[1]
