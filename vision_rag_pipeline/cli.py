@@ -61,6 +61,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
         )
+        if report.languages:
+            seen = sorted(report.languages.items(), key=lambda item: -item[1])
+            print("languages: " + ", ".join(f"{language} ({count} chunks)" for language, count in seen))
+        for warning in report.warnings:
+            print(f"WARNING {warning}", file=sys.stderr)
         for failure in report.failed:
             print(f"FAILED {failure.path}: {failure.error}", file=sys.stderr)
     return 1 if report.failed else 0

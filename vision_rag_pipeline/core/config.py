@@ -98,7 +98,9 @@ class EnrichmentFeatures(_Strict):
 
 
 class OcrConfig(_Strict):
-    """Tesseract settings; languages missing from the machine are skipped with a warning."""
+    """Tesseract settings. With more than one language (e.g. ["eng", "chi_sim", "rus"]) each image is
+    first read once with all of them to see its scripts, then read with the languages of those
+    scripts only; languages missing from the machine are skipped with a warning."""
 
     languages: list[str] = Field(default_factory=lambda: ["eng"])
     max_workers: int | None = None

@@ -12,6 +12,7 @@ from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_documen
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -81,6 +82,9 @@ def image_enrichments(
     )
     for error in batch.errors:
         context.log.warning(error)
+    for language in missing_languages(config.media_enrichment.ocr.languages):
+        context.log.warning(missing_language_warning(language))
+    read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
     looked_up = batch.calls + batch.cache_hits
     # Offline nothing is billed: the figure is what a vision model would cost, and is labelled so.
     tokens_label = "vision_tokens_if_enabled" if batch.engine == OFFLINE_ENGINE else "vision_tokens_estimate"
@@ -97,6 +101,7 @@ def image_enrichments(
             "engine": batch.engine,
             tokens_label: batch.vision_tokens,
             "fallbacks": len(batch.errors),
+            "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, suppress
@@ -21,7 +22,7 @@ import dagster as dg
 from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.core.config import dagster_home
+from vision_rag_pipeline.core.config import dagster_home, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
@@ -72,12 +73,29 @@ class _Counts(BaseModel):
     enrichment_calls: int = 0
     cache_hits: int = 0
     chunks: int = 0
+    languages: dict[str, int] = Field(default_factory=dict)  # chunks per language their text is in
 
 
 class IngestReport(_Counts):
     documents: int = 0
     failed: list[FailedFile] = Field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = Field(default_factory=list)  # settings that do not fit the documents seen
+
+
+def language_warnings(languages: Iterable[str]) -> list[str]:
+    """OCR languages configured but not installed, and an English-only embedding model meeting
+    other languages: each said once per ingest, not once per image or chunk. (Imported here: OCR
+    and the encoder are slow to import, and the CLI imports this module to start.)"""
+    from vision_rag_pipeline.embeddings.encoder import english_only_warning
+    from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
+
+    config = load_config()
+    warnings = [
+        missing_language_warning(lang) for lang in missing_languages(config.media_enrichment.ocr.languages)
+    ]
+    model = english_only_warning(config.embedding.model, languages)
+    return warnings + ([model] if model else [])
 
 
 @cache
@@ -147,6 +165,7 @@ def ingest_paths(
         instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
         outcomes: Iterable[DocumentOutcome] = (pool.map if pool else map)(run_document, accepted)
         _merge(report, outcomes, progress)
+    report.warnings = language_warnings(report.languages)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -169,6 +188,8 @@ def _merge(
             "chunks",
         ):
             setattr(report, field, getattr(report, field) + getattr(outcome, field))
+        for language, count in outcome.languages.items():
+            report.languages[language] = report.languages.get(language, 0) + count
         progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
@@ -230,6 +251,7 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         return DocumentOutcome(path=path, document_id=document_id, error=error)
     verdicts = result.output_for_node("image_verdicts")
     batch = result.output_for_node("image_enrichments")
+    chunks = result.output_for_node("document_chunks")
     return DocumentOutcome(
         path=path,
         document_id=document_id,
@@ -238,7 +260,8 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         images_enriched=len(batch.results),
         enrichment_calls=batch.calls,
         cache_hits=batch.cache_hits,
-        chunks=len(result.output_for_node("document_chunks")),
+        chunks=len(chunks),
+        languages=Counter(c.metadata["language"] for c in chunks if c.metadata.get("language")),
     )
 
 

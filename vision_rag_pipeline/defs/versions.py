@@ -32,7 +32,7 @@ from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.embeddings.encoder import resolve_precision
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
-from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
+from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 VERSION_LENGTH = 12
@@ -66,6 +66,7 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
             "mllm": enrichment.features.mllm.model_dump(mode="json"),
             "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
             "ocr_revision": OCR_REVISION,
+            "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
             "fusion": enrichment.fusion.model_dump(mode="json"),
             "engine": engine,
             "config_version": config.config_version,

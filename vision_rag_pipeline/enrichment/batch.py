@@ -29,7 +29,7 @@ from vision_rag_pipeline.enrichment.fusion import (
     parse_meta_content,
 )
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
-from vision_rag_pipeline.enrichment.ocr import OcrError, ocr_image
+from vision_rag_pipeline.enrichment.ocr import OcrError, detect_languages, ocr_image
 from vision_rag_pipeline.enrichment.preprocess import (
     ImageError,
     encode_for_vision,
@@ -78,7 +78,7 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
         except ImageError as exc:
             return _svg_ocr(image.data) if is_svg(image.data, image.mime) else (OcrResult(), str(exc))
         try:
-            return ocr_image(picture, ocr_config.languages), None
+            return ocr_image(picture, detect_languages(picture, ocr_config.languages)), None
         except OcrError as exc:
             return OcrResult(), str(exc)
 
