@@ -27,9 +27,10 @@ from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
-_LOCAL_INSTANCE_YAML = """\
-{header}: SQLite run history in this directory (rewritten
-# by vision-rag while this header is here; delete the header to keep your own edits).
+# The local instance; the repo root's dagster.yaml holds the same settings, for `dagster dev` run
+# there with DAGSTER_HOME unset. Each storage's base_dir defaults to a folder of the Dagster home
+# (history, history/runs, schedules, storage: vision_rag_pipeline/defs/local_storage.py).
+LOCAL_INSTANCE_BODY = """\
 telemetry:
   enabled: false
 nux:
@@ -37,23 +38,24 @@ nux:
 concurrency:
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
-# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/defs/local_storage.py)
+# Dagster's SQLite layout, with engines kept between calls
 run_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalRunStorage
-  config:
-    base_dir: {home}/history
 event_log_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalEventLogStorage
-  config:
-    base_dir: {home}/history/runs
+schedule_storage:
+  module: vision_rag_pipeline.defs.local_storage
+  class: LocalScheduleStorage
 compute_logs:  # captured for the UI, not echoed to the terminal (no tail processes per run)
   module: vision_rag_pipeline.defs.local_storage
   class: CapturedComputeLogManager
-  config:
-    base_dir: {home}/storage
 """
+_LOCAL_INSTANCE_YAML = """\
+{header}: SQLite run history in this directory (rewritten
+# by vision-rag while this header is here; delete the header to keep your own edits).
+""" + LOCAL_INSTANCE_BODY
 
 
 # Run events still go to the instance (and the UI); only the terminal echo is quieted.
@@ -99,7 +101,7 @@ def write_local_instance_config(home: Path) -> None:
     """
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = _LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve())
+    wanted = _LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER)
     if config.exists():
         current = config.read_text()
         if current == wanted or not current.startswith(_LOCAL_INSTANCE_HEADER):
