@@ -16,12 +16,13 @@ from vision_rag_pipeline.defs.indexes import (
     reindex_job,
     reindex_schedule,
 )
-from vision_rag_pipeline.defs.io_manager import PickledAssetIOManager
+from vision_rag_pipeline.defs.io_manager import PostgresAssetIOManager
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
 _CODE_VERSIONS = code_versions()
+_INDEX_DB = IndexDatabase()
 
 ALL_ASSETS = dg.map_asset_specs(
     lambda spec: spec.replace_attributes(code_version=_CODE_VERSIONS.get(spec.key.to_user_string())),
@@ -44,8 +45,8 @@ defs = dg.Definitions(
     sensors=[inbox_sensor, version_sensor, audit_after_index_changes],
     schedules=[reindex_schedule],
     resources={
-        "io_manager": PickledAssetIOManager(),
-        "index_db": IndexDatabase(),
+        "io_manager": PostgresAssetIOManager(index_db=_INDEX_DB),
+        "index_db": _INDEX_DB,
         "lexical": LexicalIndexResource(),
         "rag_config": RagConfigResource(),
     },

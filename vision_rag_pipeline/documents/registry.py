@@ -1,7 +1,10 @@
-"""Which file each document partition stands for.
+"""Which file each document partition stands for, and that file's bytes.
 
 A partition key must outlive the process that registered it (the UI, a sensor or a backfill
-materializes it later), so the path is kept in the index database.
+materializes it later, possibly on another machine), so the path and a copy of the file's bytes
+are kept in the index database when it is registered. Runs read the copy, never the path: a run
+pod sees only Postgres, and the original may be gone (an inbox file moved away, an upload's
+temporary file). Registering the same path again replaces the copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ CREATE TABLE IF NOT EXISTS documents (
     source_path text NOT NULL,
     abs_path text NOT NULL,
     registered_at timestamptz NOT NULL DEFAULT now()
-)
+);
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS content bytea;
 """
 
 
@@ -43,18 +47,31 @@ class DocumentRegistry:
         ensure_schema(_SCHEMA, url)
 
     def register(self, path: str | Path) -> RegisteredDocument:
+        """Record the file under its partition key and copy its bytes into the database."""
         doc = RegisteredDocument(
             document_id=document_id_for(path),
             source_path=str(path),
             abs_path=str(Path(path).expanduser().resolve()),
         )
+        content = Path(doc.abs_path).read_bytes()
         with connect(self.url) as conn:
             conn.execute(
-                "INSERT INTO documents (document_id, source_path, abs_path) VALUES (%s, %s, %s)"
-                " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path",
-                (doc.document_id, doc.source_path, doc.abs_path),
+                "INSERT INTO documents (document_id, source_path, abs_path, content) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path,"
+                " content = EXCLUDED.content, registered_at = now()",
+                (doc.document_id, doc.source_path, doc.abs_path, content),
             )
         return doc
+
+    def content(self, document_id: str) -> bytes:
+        """The bytes the file had when it was last registered."""
+        with connect(self.url) as conn:
+            row = conn.execute("SELECT content FROM documents WHERE document_id = %s", (document_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"document {document_id!r} is not registered; ingest its file first")
+        if row[0] is None:
+            raise KeyError(f"document {document_id!r} was registered before files were stored; ingest it again")
+        return bytes(row[0])
 
     def get(self, document_id: str) -> RegisteredDocument:
         with connect(self.url) as conn:
