@@ -118,7 +118,9 @@ def test_dagster_dev_in_a_fresh_clone_keeps_its_history_where_vision_rag_does(cl
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     url = f"http://127.0.0.1:{port}"
-    query = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } instance { info } }"
+    query = (
+        "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } instance { info } }"
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -160,7 +162,11 @@ def test_db_status_and_stop_manage_the_embedded_postgres(tmp_path: Path) -> None
 
     assert vision_rag("db", "status").returncode == 3  # nothing started it yet
     started = subprocess.run(
-        [sys.executable, "-c", "from vision_rag_pipeline.core.postgres import database_url; print(database_url())"],
+        [
+            sys.executable,
+            "-c",
+            "from vision_rag_pipeline.core.postgres import database_url; print(database_url())",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -77,7 +77,9 @@ def running_embedded(pgdata: Path) -> EmbeddedServer | None:
     except (OSError, ValueError, IndexError):
         return None
     socket_dir = lines[4] if len(lines) > 4 and lines[4] else str(pgdata)
-    return EmbeddedServer(pgdata=str(pgdata), pid=pid, url=f"postgresql://postgres:@/postgres?host={socket_dir}")
+    return EmbeddedServer(
+        pgdata=str(pgdata), pid=pid, url=f"postgresql://postgres:@/postgres?host={socket_dir}"
+    )
 
 
 def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:

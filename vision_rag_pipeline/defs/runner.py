@@ -52,10 +52,13 @@ compute_logs:  # captured for the UI, not echoed to the terminal (no tail proces
   module: vision_rag_pipeline.defs.local_storage
   class: CapturedComputeLogManager
 """
-_LOCAL_INSTANCE_YAML = """\
+_LOCAL_INSTANCE_YAML = (
+    """\
 {header}: SQLite run history in this directory (rewritten
 # by vision-rag while this header is here; delete the header to keep your own edits).
-""" + LOCAL_INSTANCE_BODY
+"""
+    + LOCAL_INSTANCE_BODY
+)
 
 
 # Run events still go to the instance (and the UI); only the terminal echo is quieted.

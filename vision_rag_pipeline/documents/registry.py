@@ -66,11 +66,15 @@ class DocumentRegistry:
     def content(self, document_id: str) -> bytes:
         """The bytes the file had when it was last registered."""
         with connect(self.url) as conn:
-            row = conn.execute("SELECT content FROM documents WHERE document_id = %s", (document_id,)).fetchone()
+            row = conn.execute(
+                "SELECT content FROM documents WHERE document_id = %s", (document_id,)
+            ).fetchone()
         if row is None:
             raise KeyError(f"document {document_id!r} is not registered; ingest its file first")
         if row[0] is None:
-            raise KeyError(f"document {document_id!r} was registered before files were stored; ingest it again")
+            raise KeyError(
+                f"document {document_id!r} was registered before files were stored; ingest it again"
+            )
         return bytes(row[0])
 
     def get(self, document_id: str) -> RegisteredDocument:
