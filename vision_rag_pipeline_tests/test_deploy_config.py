@@ -237,25 +237,32 @@ def test_dagster_yaml_passes_dagsters_instance_config_schema(tmp_path: Path) -> 
     assert config["nux"] == {"enabled": False}  # no community pop-up over the production UI
 
 
+def production_instance_env(pg_url: str, database: str) -> dict[str, str]:
+    """The variables docker/dagster.yaml reads, naming `database` on the Postgres of `pg_url`
+    (libpq takes a socket directory from PGHOST when the URL has no host)."""
+    url = urlsplit(pg_url)
+    socket_dir = parse_qs(url.query).get("host", [None])[0]
+    return {
+        **({"PGHOST": socket_dir} if socket_dir else {}),
+        "DAGSTER_PG_HOST": "" if socket_dir else url.hostname or "",
+        "DAGSTER_PG_PORT": str(url.port or 5432),
+        "DAGSTER_PG_USERNAME": url.username or "",
+        "DAGSTER_PG_PASSWORD": url.password or "",
+        "DAGSTER_PG_DB": database,
+    }
+
+
 @pytest.fixture
 def production_instance(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dg.DagsterInstance]:
     """The instance docker/dagster.yaml describes, on a fresh database of the session's Postgres."""
-    url = urlsplit(pg_url)
-    socket_dir = parse_qs(url.query).get("host", [None])[0]
     database = "vision_rag_deploy_check"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {database}")
-    # libpq takes a socket directory from PGHOST when the URL has no host.
-    if socket_dir:
-        monkeypatch.setenv("PGHOST", socket_dir)
-    monkeypatch.setenv("DAGSTER_PG_HOST", "" if socket_dir else url.hostname or "")
-    monkeypatch.setenv("DAGSTER_PG_PORT", str(url.port or 5432))
-    monkeypatch.setenv("DAGSTER_PG_USERNAME", url.username or "")
-    monkeypatch.setenv("DAGSTER_PG_PASSWORD", url.password or "")
-    monkeypatch.setenv("DAGSTER_PG_DB", database)
+    for name, value in production_instance_env(pg_url, database).items():
+        monkeypatch.setenv(name, value)
     shutil.copy(ROOT / PRODUCTION_YAML, tmp_path / "dagster.yaml")
     instance = dg.DagsterInstance.from_config(str(tmp_path))
     try:
