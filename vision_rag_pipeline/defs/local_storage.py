@@ -45,11 +45,18 @@ KNOWN_PARTITION_SECONDS = 5.0
 # not *.db: Dagster takes every *.db file in the folder for a run's events
 RUN_SHARD_TEMPLATE = f".empty-run-shard-{dagster.__version__}.sqlite"
 OPTIONAL_BASE_DIR: UserConfigSchema = {"base_dir": Field(StringSource, is_required=False)}
+# Where each storage keeps its files under a Dagster home (Dagster's own layout, plus `history`).
+HOME_SUBDIRS = {
+    "run_storage": "history",
+    "event_log_storage": "history/runs",
+    "schedule_storage": "schedules",
+    "compute_logs": "storage",
+}
 
 
-def _with_base_dir(config_value: dict, default: str) -> dict:
-    """`config_value` with `base_dir` defaulting to `default` under the vision-rag Dagster home."""
-    return {"base_dir": str(dagster_home() / default), **config_value}
+def _with_base_dir(config_value: dict, storage: str) -> dict:
+    """`config_value` with `base_dir` defaulting to its folder under the vision-rag Dagster home."""
+    return {"base_dir": str(dagster_home() / HOME_SUBDIRS[storage]), **config_value}
 
 
 def _engine(url: str) -> Engine:
@@ -89,7 +96,7 @@ class LocalEventLogStorage(SqliteEventLogStorage):
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalEventLogStorage:
-        return cls(inst_data=inst_data, **_with_base_dir(config_value, "history/runs"))
+        return cls(inst_data=inst_data, **_with_base_dir(config_value, "event_log_storage"))
 
     def _shard_engine(self, shard: str) -> Engine:
         with self._engines_lock:
@@ -160,7 +167,7 @@ class LocalRunStorage(SqliteRunStorage):
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalRunStorage:
-        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "history"))
+        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "run_storage"))
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -179,7 +186,7 @@ class LocalScheduleStorage(SqliteScheduleStorage):
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalScheduleStorage:
-        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "schedules"))
+        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "schedule_storage"))
 
 
 class CapturedComputeLogManager(LocalComputeLogManager):
@@ -199,7 +206,7 @@ class CapturedComputeLogManager(LocalComputeLogManager):
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value
     ) -> CapturedComputeLogManager:
-        return cls(inst_data=inst_data, **_with_base_dir(config_value, "storage"))
+        return cls(inst_data=inst_data, **_with_base_dir(config_value, "compute_logs"))
 
     @contextmanager
     def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:
