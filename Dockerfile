@@ -29,7 +29,7 @@ COPY vision_rag_pipeline ./vision_rag_pipeline
 RUN pip install --no-deps . && rm -rf build
 
 COPY workspace-docker.yaml ./
-COPY dagster.yaml ${DAGSTER_HOME}/dagster.yaml
+COPY docker/dagster.yaml ${DAGSTER_HOME}/dagster.yaml
 
 # Named volumes mounted on these directories start with this ownership.
 RUN useradd --create-home --uid 1000 dagster \

@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
+from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.defs.definitions import ALL_ASSETS, defs
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
@@ -108,8 +109,11 @@ def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
 ) -> None:
     document_id, ingested = _materialize(instance, SAMPLE_FILES[0])
     chunks = ingested.output_for_node("document_chunks")
-    stored = ingested.asset_materializations_for_node("raw_documents")[0].metadata["path"].value
-    assert Path(stored).is_file(), "asset values are persisted for later runs"
+    with connect() as conn:  # asset values are persisted for later runs, where every node reaches them
+        stored = conn.execute(
+            "SELECT asset_key FROM asset_values WHERE partition_key = %s", (document_id,)
+        ).fetchall()
+    assert {"raw_documents", "extracted_images", "image_verdicts"} <= {key for (key,) in stored}
 
     reenriched = defs.resolve_job_def("reenrich").execute_in_process(
         instance=instance, partition_key=document_id

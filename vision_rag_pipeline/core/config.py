@@ -16,6 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ES_URL_ENV = "VISION_RAG_ES_URL"
+# Set (to 1/true/yes) where more than one host runs the pipeline: a Kubernetes run launcher, several
+# code servers. The deploy/ Helm values set it in every pod.
+MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
 
 
 class _Strict(BaseModel):
@@ -226,6 +229,11 @@ def home() -> Path:
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or home() / "dagster").expanduser().resolve()
+
+
+def multi_node() -> bool:
+    """Whether the deployment says more than one host runs (and writes from) the pipeline."""
+    return os.environ.get(MULTI_NODE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def cpu_threads() -> int:

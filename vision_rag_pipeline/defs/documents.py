@@ -9,9 +9,10 @@ removes the partition, which it must do in the same tick as it notices the delet
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.io_manager import delete_partition_values
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource
-from vision_rag_pipeline.documents.loader import load_document
+from vision_rag_pipeline.documents.loader import load_document_bytes
 from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
 
@@ -20,13 +21,16 @@ from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
     partitions_def=documents_partitions,
     group_name="documents",
     kinds={"python", "file"},
-    description="The file as received (MHTML or PDF), parsed into ordered, located elements and images. "
+    description="The file as received (MHTML or PDF; read from the copy stored at registration), parsed into ordered, located elements and images. "
     "Its data version is the file's sha256, so only changed files make downstream assets stale.",
 )
 def raw_documents(context: dg.AssetExecutionContext, index_db: IndexDatabase) -> dg.Output[LoadedDocument]:
-    registered = index_db.registry().get(context.partition_key)
-    context.log.info(f"loading {registered.source_path}")
-    doc = load_document(registered.abs_path, source_path=registered.source_path)
+    registry = index_db.registry()
+    registered = registry.get(context.partition_key)
+    context.log.info(f"loading {registered.source_path} (the copy stored when it was registered)")
+    doc = load_document_bytes(
+        registry.content(context.partition_key), registered.abs_path, source_path=registered.source_path
+    )
     return dg.Output(
         doc,
         data_version=dg.DataVersion(doc.sha256),
@@ -49,8 +53,8 @@ class RemoveDocumentConfig(dg.Config):
 
 
 @dg.op(
-    description="Delete a document's rows from pgvector (chunks, rag_images), the lexical index "
-    "and the registry."
+    description="Delete a document's rows from pgvector (chunks, rag_images), the lexical index, "
+    "its stored asset values and the registry (with its stored bytes)."
 )
 def remove_document_rows(
     context: dg.OpExecutionContext,
@@ -60,6 +64,7 @@ def remove_document_rows(
 ) -> dg.Output[int]:
     vector_rows = delete_document_rows(config.document_id, index_db.database_url())
     lexical_rows = lexical.open().delete_document(config.document_id)
+    delete_partition_values(config.document_id, index_db.database_url())
     index_db.registry().forget(config.document_id)
     context.log.info(f"{config.document_id}: removed {vector_rows} vector rows, {lexical_rows} lexical rows")
     return dg.Output(

@@ -19,18 +19,21 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
+import yaml
 from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import dagster_home, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
-_LOCAL_INSTANCE_YAML = """\
-{header}: SQLite run history in this directory (rewritten
-# by vision-rag while this header is here; delete the header to keep your own edits).
+# The local instance; the repo root's dagster.yaml holds the same settings, for `dagster dev` run
+# there with DAGSTER_HOME unset, where each storage's base_dir defaults to its folder of the
+# vision-rag Dagster home (HOME_SUBDIRS); the file vision-rag writes names the folders.
+LOCAL_INSTANCE_BODY = """\
 telemetry:
   enabled: false
 nux:
@@ -38,23 +41,35 @@ nux:
 concurrency:
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
-# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/defs/local_storage.py)
+# Dagster's SQLite layout, with engines kept between calls
 run_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalRunStorage
-  config:
-    base_dir: {home}/history
 event_log_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalEventLogStorage
-  config:
-    base_dir: {home}/history/runs
+schedule_storage:
+  module: vision_rag_pipeline.defs.local_storage
+  class: LocalScheduleStorage
 compute_logs:  # captured for the UI, not echoed to the terminal (no tail processes per run)
   module: vision_rag_pipeline.defs.local_storage
   class: CapturedComputeLogManager
-  config:
-    base_dir: {home}/storage
 """
+_LOCAL_INSTANCE_PREAMBLE = """\
+{header}: SQLite run history in this directory (rewritten
+# by vision-rag while this header is here; delete the header to keep your own edits).
+"""
+
+
+def local_instance_yaml(home: Path) -> str:
+    """LOCAL_INSTANCE_BODY with each storage's folder under `home` spelled out: the file stays
+    right when opened with DAGSTER_HOME pointing elsewhere."""
+    config = yaml.safe_load(LOCAL_INSTANCE_BODY)
+    for storage, subdir in HOME_SUBDIRS.items():
+        config[storage]["config"] = {"base_dir": str(home.resolve() / subdir)}
+    return _LOCAL_INSTANCE_PREAMBLE.format(header=_LOCAL_INSTANCE_HEADER) + yaml.safe_dump(
+        config, sort_keys=False
+    )
 
 
 # Run events still go to the instance (and the UI); only the terminal echo is quieted.
@@ -117,7 +132,7 @@ def write_local_instance_config(home: Path) -> None:
     """
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = _LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve())
+    wanted = local_instance_yaml(home)
     if config.exists():
         current = config.read_text()
         if current == wanted or not current.startswith(_LOCAL_INSTANCE_HEADER):

@@ -29,7 +29,6 @@ from dagster import DagsterEventType
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.embeddings.encoder import resolve_precision
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
 from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
@@ -88,11 +87,15 @@ def chunking_version(config: RagConfig) -> str:
 def embedding_version(config: RagConfig) -> str:
     """Which model embeds the chunks and at which precision (the batch size does not change a vector).
 
-    `auto` counts as the precision it resolves to on this machine: it embeds in bfloat16 only where
-    the CPU computes it natively, so two machines can produce (slightly) different vectors.
+    The precision as configured, never as resolved on this host: every node of a deployment must
+    agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
+    therefore one version everywhere, although each host embeds at the precision it picks (bfloat16
+    where the CPU has it natively; vectors agree to a cosine of 0.9999, and each materialization's
+    `model` metadata names the variant). Pin `float32` or `bfloat16` for identical vectors on mixed
+    hardware; changing between any two of the three values re-embeds.
     """
     embedding = config.embedding
-    return _short_hash({"model": embedding.model, "precision": resolve_precision(embedding.precision)})
+    return _short_hash({"model": embedding.model, "precision": embedding.precision})
 
 
 def code_versions() -> dict[str, str]:

@@ -1,10 +1,13 @@
-"""Which file each document partition stands for, and what the inbox sensor last saw of it.
+"""Which file each document partition stands for, a copy of its bytes, and what the inbox sensor last
+saw of it.
 
 A partition key must outlive the process that registered it (the UI, a sensor or a backfill
-materializes it later), so the path is kept in the index database. Files that arrived through the
-inbox also keep their size, mtime and sha256 here: the sensor's state lives in this table, one row per
-file, so a tick over an unchanged inbox writes nothing and its cursor stays empty however many files
-there are.
+materializes it later, possibly on another machine), so the path and a copy of the file's bytes
+are kept in the index database when it is registered. Runs read the copy, never the path: a run
+pod sees only Postgres, and the original may be gone (an inbox file moved away, an upload's
+temporary file). Registering the same path again replaces the copy. Files that arrived through the
+inbox also keep their size, mtime and sha256 here: the sensor's state lives in this table, one row
+per file, so a tick over an unchanged inbox writes nothing and its cursor stays empty.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ ALTER TABLE documents ADD COLUMN IF NOT EXISTS path_bytes bytea;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_size bigint;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_mtime_ns bigint;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_sha256 text;
+ALTER TABLE documents ADD COLUMN IF NOT EXISTS content bytea;
 """
 
 
@@ -77,18 +81,36 @@ class DocumentRegistry:
         ensure_schema(_SCHEMA, url)
 
     def register(self, path: str | Path) -> RegisteredDocument:
+        """Record the file under its partition key and copy its bytes into the database."""
         doc = RegisteredDocument(
             document_id=document_id_for(path),
             source_path=str(path),
             abs_path=str(Path(path).expanduser().resolve()),
         )
+        content = Path(doc.abs_path).read_bytes()
         with connect(self.url) as conn:
             conn.execute(
-                "INSERT INTO documents (document_id, source_path, abs_path) VALUES (%s, %s, %s)"
-                " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path",
-                (doc.document_id, doc.source_path, doc.abs_path),
+                "INSERT INTO documents (document_id, source_path, abs_path, content) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path,"
+                " content = EXCLUDED.content, registered_at = now()",
+                (doc.document_id, doc.source_path, doc.abs_path, content),
             )
         return doc
+
+    def content(self, document_id: str) -> bytes:
+        """The bytes the file had when it was last registered."""
+        with connect(self.url) as conn:
+            row = conn.execute(
+                "SELECT content FROM documents WHERE document_id = %s", (document_id,)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"document {document_id!r} is not registered; ingest its file first")
+        if row[0] is None:
+            raise KeyError(
+                f"document {document_id!r} has no stored copy (registered by an older version, or the file"
+                " vanished while it was registered); ingest it again"
+            )
+        return bytes(row[0])
 
     def get(self, document_id: str) -> RegisteredDocument:
         with connect(self.url) as conn:
@@ -128,18 +150,19 @@ class DocumentRegistry:
         """Register inbox files (new, changed or touched) with their state, in one transaction;
         returns {path: document id}."""
         ids = {path: document_id_for(path, resolve=False) for path in files}
+        rows = (  # read one file at a time: a tick may register many
+            (ids[path], display_path(path), display_path(path), path, _read(path), *state)
+            for path, state in files.items()
+        )
         with connect(self.url) as conn, conn.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO documents (document_id, source_path, abs_path, path_bytes, inbox_size,"
-                " inbox_mtime_ns, inbox_sha256) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                "INSERT INTO documents (document_id, source_path, abs_path, path_bytes, content, inbox_size,"
+                " inbox_mtime_ns, inbox_sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path,"
-                " abs_path = EXCLUDED.abs_path, path_bytes = EXCLUDED.path_bytes,"
-                " inbox_size = EXCLUDED.inbox_size, inbox_mtime_ns = EXCLUDED.inbox_mtime_ns,"
-                " inbox_sha256 = EXCLUDED.inbox_sha256",
-                [
-                    (ids[path], display_path(path), display_path(path), path, *state)
-                    for path, state in files.items()
-                ],
+                " abs_path = EXCLUDED.abs_path, path_bytes = EXCLUDED.path_bytes, content = EXCLUDED.content,"
+                " registered_at = now(), inbox_size = EXCLUDED.inbox_size,"
+                " inbox_mtime_ns = EXCLUDED.inbox_mtime_ns, inbox_sha256 = EXCLUDED.inbox_sha256",
+                rows,
             )
         return ids
 
@@ -152,6 +175,15 @@ class DocumentRegistry:
                 " WHERE document_id = ANY(%s)",
                 (list(document_ids),),
             )
+
+
+def _read(path: bytes) -> bytes | None:
+    """The file's bytes, or None when it vanished since the scan (its run then fails naming it)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def _registered(row: tuple) -> RegisteredDocument:
