@@ -61,6 +61,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
         )
+        if report.fallbacks:
+            reasons = ", ".join(f"{reason} x{count}" for reason, count in report.fallbacks.items())
+            print(f"offline fallbacks: {sum(report.fallbacks.values())} ({reasons})")
         for failure in report.failed:
             print(f"FAILED {failure.path}: {failure.error}", file=sys.stderr)
     return 1 if report.failed else 0

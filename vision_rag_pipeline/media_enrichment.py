@@ -24,8 +24,6 @@ from vision_rag_pipeline.enrichment.vlm import VisionClient, vision_client_from_
 MAX_IMAGES_PER_REQUEST = 10
 
 
-
-
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for name, value in override.items():
@@ -104,7 +102,7 @@ def media_enrichment(
         config,
         cache,
         str(request.get("document") or "request"),
-        vision or vision_client_from_env(),
+        vision or vision_client_from_env(config.media_enrichment.provider),
     )
     contents = [batch.results[img.sha256].meta_content for img in images if img.sha256 in batch.results]
     return {
@@ -123,7 +121,7 @@ def enrich_files(paths: list[Path]) -> list[dict[str, Any]]:
     """`vision-rag enrich`: one media-enrichment request per file, with the configured cache and endpoint."""
     config = load_config()
     cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
-    vision = vision_client_from_env()
+    vision = vision_client_from_env(config.media_enrichment.provider)
     results = []
     for path in paths:
         try:

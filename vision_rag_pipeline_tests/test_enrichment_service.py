@@ -296,3 +296,17 @@ def test_enrich_files_reports_each_file(pg_url: str, tmp_path: Path) -> None:
     assert ok["classifier_result"]["verdict"] == "GPT_VISION"
     assert "Margin 38 percent" in ok["generated_response"]["content"]
     assert missing["path"].endswith("missing.png") and "No such file" in missing["error"]
+
+
+def test_fusion_is_not_asked_when_the_description_failed(
+    text_images: list[DocumentImage], server: FakeOpenAI, vision: VisionClient
+) -> None:
+    server.default = error_reply(503, "overloaded")
+    img = text_images[1]
+    config = fresh_config()  # LLM fusion wanted
+    verdicts = classify_images([img], config.media_enrichment.features.classifier)
+    batch = enrich_document_images([img], verdicts, config, None, "doc", vision=vision)
+    result = batch.results[img.sha256]
+    assert result.fusion == "rule" and "Quarterly Forecast" in result.meta_content
+    assert len(server.requests) == 2, "two description attempts, no fusion call"
+    assert batch.fallbacks == {"fusion: description failed": 1, "vision: http 503": 1}

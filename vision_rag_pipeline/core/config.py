@@ -112,10 +112,28 @@ class FusionConfig(_Strict):
     max_keywords: int = 12
 
 
+class ProviderLimits(_Strict):
+    """How long one run may wait on the vision/fusion endpoint before the offline path takes over.
+
+    A hanging endpoint would otherwise cost `timeout_s` x `max_attempts` per image, and again for
+    fusion. Each image gets `image_budget_s` in total (description + fusion, retries and backoff
+    included); after `breaker_failures` failed calls in a row, or `document_budget_s` after its
+    first call, the rest of the run (one document) goes offline without asking the endpoint again.
+    Not part of any code version: the limits decide whether the endpoint answers, not what it says.
+    """
+
+    timeout_s: float = Field(60.0, gt=0)  # one HTTP attempt
+    max_attempts: int = Field(4, gt=0)  # per call, retries included
+    image_budget_s: float = Field(25.0, gt=0)
+    document_budget_s: float = Field(300.0, gt=0)
+    breaker_failures: int = Field(3, gt=0)
+
+
 class MediaEnrichmentConfig(_Strict):
     features: EnrichmentFeatures = Field(default_factory=EnrichmentFeatures)
     ocr: OcrConfig = Field(default_factory=OcrConfig)
     fusion: FusionConfig = Field(default_factory=FusionConfig)
+    provider: ProviderLimits = Field(default_factory=ProviderLimits)
 
 
 class EmbeddingConfig(_Strict):

@@ -74,10 +74,12 @@ def image_enrichments(
         config,
         cache,
         document_name=Path(index_db.registry().get(context.partition_key).source_path).name,
-        vision=vision_client_from_env(),
+        vision=vision_client_from_env(config.media_enrichment.provider),
     )
     for error in batch.errors:
         context.log.warning(error)
+    if batch.fallbacks:
+        context.log.warning(f"offline fallbacks: {batch.fallbacks}")
     looked_up = batch.calls + batch.cache_hits
     preview = "\n\n".join(
         f"**{r.image_url}**\n\n```\n{r.meta_content[:600]}\n```" for r in list(batch.results.values())[:3]
@@ -90,7 +92,8 @@ def image_enrichments(
             "cache_hits": batch.cache_hits,
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
             "vision_tokens_estimate": batch.vision_tokens,
-            "fallbacks": len(batch.errors),
+            "fallbacks": sum(batch.fallbacks.values()),
+            "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )

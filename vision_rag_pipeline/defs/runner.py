@@ -72,6 +72,8 @@ class _Counts(BaseModel):
     enrichment_calls: int = 0
     cache_hits: int = 0
     chunks: int = 0
+    # images whose provider call fell back to the offline path, by reason ("vision: timeout": 3)
+    fallbacks: dict[str, int] = Field(default_factory=dict)
 
 
 class IngestReport(_Counts):
@@ -169,6 +171,8 @@ def _merge(
             "chunks",
         ):
             setattr(report, field, getattr(report, field) + getattr(outcome, field))
+        for reason, count in outcome.fallbacks.items():
+            report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
         progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
@@ -238,6 +242,7 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         images_enriched=len(batch.results),
         enrichment_calls=batch.calls,
         cache_hits=batch.cache_hits,
+        fallbacks=batch.fallbacks,
         chunks=len(result.output_for_node("document_chunks")),
     )
 

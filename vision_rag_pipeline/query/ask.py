@@ -361,7 +361,9 @@ def ask(
     hits = search_queries(queries, k, config=config)
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
     context, _ = relevant_context(question_vector, hits, config)
-    client = client or (vision_client_from_env() if settings.use_llm else None)
+    client = client or (
+        vision_client_from_env(config.media_enrichment.provider) if settings.use_llm else None
+    )
 
     located: list[tuple[Hit, Match]] = []
     method: Literal["llm", "extractive"] = "extractive"

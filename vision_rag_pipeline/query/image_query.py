@@ -62,7 +62,7 @@ def describe_query_image(image: str | Path | bytes, config: RagConfig | None = N
         config,
         cache=None,
         document_name=QUERY_DOCUMENT,
-        vision=vision_client_from_env(),
+        vision=vision_client_from_env(config.media_enrichment.provider),
     )
     result = batch.results[picture.sha256]
     fields = parse_meta_content(result.meta_content)

@@ -1,0 +1,109 @@
+"""Real ingests against hostile vision endpoints (a local server speaking the OpenAI API): one that
+hangs, one that echoes the API key in its error bodies."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from vision_rag_pipeline.cli import SAMPLES
+from vision_rag_pipeline.defs.runner import ingest_paths
+from vision_rag_pipeline_tests.openai_fake import HANG, FakeOpenAI, echo_key_reply
+from vision_rag_pipeline_tests.test_enrichment_service import png
+from vision_rag_pipeline_tests.test_mhtml_loader import Resource, build_mhtml
+
+FIGURES = 8  # two waves of the client's four concurrent calls
+ALL_SAMPLES = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".pdf"))
+
+
+@pytest.fixture
+def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "vr-test-placeholder-key")
+        yield server
+
+
+def _figures_page(tmp_path: Path) -> Path:
+    """A saved page with FIGURES distinct text figures, each worth a vision call."""
+    run = uuid.uuid4().hex[:8]
+    html = "<html><body><h1>Figures</h1>" + "".join(
+        f'<p>Figure {i} of the quarterly review.</p><img src="https://example.test/fig{i}.png" alt="figure {i}">'
+        for i in range(FIGURES)
+    )
+    resources = tuple(
+        Resource(
+            png([f"Figure {i} run {run}", f"Revenue {1000 + i} EUR"]),
+            "image/png",
+            f"https://example.test/fig{i}.png",
+        )
+        for i in range(FIGURES)
+    )
+    path = tmp_path / "figures.mhtml"
+    path.write_bytes(build_mhtml(html + "</body></html>", resources))
+    return path
+
+
+def test_a_hanging_endpoint_costs_a_document_at_most_30_s_then_the_offline_path_takes_over(
+    pg_url: str, endpoint: FakeOpenAI, tmp_path: Path
+) -> None:
+    endpoint.default = HANG
+    report = ingest_paths([str(_figures_page(tmp_path))])
+    finished = time.monotonic()
+    assert report.documents == 1 and not report.failed, report.failed
+    assert report.images_enriched == FIGURES and report.chunks > 0
+    # From the first request to the end of the whole run (chunking, embedding and indexing included):
+    # a correctness bound, not a benchmark. Without the budgets: 60 s x 4 attempts per image, twice.
+    assert finished - endpoint.requests[0].at <= 45
+    assert report.fallbacks.get("vision: timeout", 0) >= 1
+    assert report.fallbacks.get("vision: circuit open", 0) >= 1, "the second wave never waits"
+    assert len(endpoint.requests) < FIGURES
+    assert report.fallbacks["fusion: description failed"] == report.images_enriched
+    assert sum(v for k, v in report.fallbacks.items() if k.startswith("vision:")) == report.images_enriched
+    assert all(r.body["messages"][0]["content"][1]["type"] == "image_url" for r in endpoint.requests), (
+        "fusion is never asked after the description failed"
+    )
+
+
+def _tables_containing(pg_url: str, needle: str) -> list[str]:
+    with psycopg.connect(pg_url) as conn:
+        tables = [
+            f'"{schema}"."{name}"'
+            for schema, name in conn.execute(
+                "SELECT schemaname, tablename FROM pg_tables"
+                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+            )
+        ]
+        return [
+            table
+            for table in tables
+            if conn.execute(
+                f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{needle}%",)
+            ).fetchone()[0]
+        ]
+
+
+def test_an_echoed_api_key_is_stored_nowhere(
+    pg_url: str, vision_rag_home: Path, endpoint: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = f"vr-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    endpoint.default = echo_key_reply(401)
+    report = ingest_paths(ALL_SAMPLES)
+    assert report.documents == len(ALL_SAMPLES) and not report.failed, report.failed
+    assert key in endpoint.requests[0].headers["authorization"], "the endpoint saw (and echoed) the key"
+    assert report.fallbacks.get("vision: http 401", 0) >= 1
+
+    found = [str(p) for p in vision_rag_home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert found == [], "event log, compute logs, pickles and index files hold no key"
+    assert _tables_containing(pg_url, key) == []
+    # the errors themselves were kept, redacted: the event log says what went wrong
+    logs = [
+        p for p in (vision_rag_home / "dagster").rglob("*") if p.is_file() and b"[REDACTED]" in p.read_bytes()
+    ]
+    assert logs
