@@ -119,9 +119,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.api import serve
+    from vision_rag_pipeline.api import UnsafeBindError, serve
 
-    serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
+    try:
+        serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
+    except UnsafeBindError as exc:
+        print(f"vision-rag serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -244,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     serve = sub.add_parser("serve", help="run the HTTP API (upload, search, chat, media enrichment)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="a non-loopback address needs VISION_RAG_API_TOKEN set"
+    )
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
     serve.set_defaults(func=cmd_serve)

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ES_URL_ENV = "VISION_RAG_ES_URL"
+API_TOKEN_ENV = "VISION_RAG_API_TOKEN"
 
 
 class _Strict(BaseModel):
@@ -248,3 +249,8 @@ def cpu_threads() -> int:
     """Threads this process may keep busy (OCR, torch): its share of the cores when ingest runs
     several documents at once (`VISION_RAG_THREADS`), else every core."""
     return int(os.environ.get("VISION_RAG_THREADS") or os.cpu_count() or 1)
+
+
+def api_token() -> str | None:
+    """The bearer token the HTTP API requires (`VISION_RAG_API_TOKEN`), or None: loopback use only."""
+    return os.environ.get(API_TOKEN_ENV) or None
