@@ -13,7 +13,7 @@ import openai
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.core.config import ProviderLimits, RagConfig
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -155,7 +155,12 @@ def server() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def vision(server: FakeOpenAI) -> VisionClient:
     client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=10)
-    return VisionClient(client, engine=f"openai:{server.base_url}", max_attempts=2, sleep=lambda _s: None)
+    return VisionClient(
+        client,
+        engine=f"openai:{server.base_url}",
+        limits=ProviderLimits(max_attempts=2),
+        sleep=lambda _s: None,
+    )
 
 
 def test_vision_caption_and_llm_fusion(

@@ -43,7 +43,9 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def client(server: FakeOpenAI, sleeps: list[float]) -> VisionClient:
     raw = openai.OpenAI(base_url=server.base_url, api_key="test-key", max_retries=0, timeout=10)
-    return VisionClient(raw, engine=f"openai:{server.base_url}", max_attempts=3, sleep=sleeps.append)
+    return VisionClient(
+        raw, engine=f"openai:{server.base_url}", limits=ProviderLimits(max_attempts=3), sleep=sleeps.append
+    )
 
 
 FEATURE = MllmFeature(

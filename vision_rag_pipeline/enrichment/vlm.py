@@ -116,7 +116,6 @@ class VisionClient:
         self,
         client: openai.OpenAI,
         engine: str,
-        max_attempts: int | None = None,
         base_delay_s: float = 1.0,
         max_delay_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -126,10 +125,6 @@ class VisionClient:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         limits = limits or ProviderLimits()
-        if max_attempts is not None:
-            limits = limits.model_copy(update={"max_attempts": max_attempts})
-        if limits.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
         self.client = client
         self.engine = engine
         self.limits = limits
@@ -141,10 +136,6 @@ class VisionClient:
         self.max_concurrency = max_concurrency
         self.breaker = _Breaker(limits, clock)
         self._secrets = tuple(s for s in (getattr(client, "api_key", None),) if isinstance(s, str))
-
-    @property
-    def max_attempts(self) -> int:
-        return self.limits.max_attempts
 
     def describe_one(
         self, image: VisionImage | tuple[bytes, str], feature: MllmFeature, budget_s: float | None = None
