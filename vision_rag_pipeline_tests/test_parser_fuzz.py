@@ -8,6 +8,7 @@ makes up archives and PDFs from scratch.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,10 @@ def test_the_unmutated_samples_load(tmp_path: Path, loader) -> None:  # noqa: AN
     assert (
         _load(loader, tmp_path / ("sample.mhtml" if loader is load_mhtml else "sample.pdf"), data) is not None
     )
+
+
+def test_an_image_filter_name_that_is_not_utf8_is_not_fatal(tmp_path: Path) -> None:
+    """Found by the long fuzz run: pypdfium2 decodes filter names as UTF-8 and raised UnicodeDecodeError."""
+    damaged = re.sub(rb"(/Subtype /Image [^>]*/Filter /)F", lambda m: m.group(1) + b"\xc6", PDF_SAMPLE)
+    assert damaged != PDF_SAMPLE
+    _load(load_pdf, tmp_path / "filter.pdf", damaged)
