@@ -269,3 +269,45 @@ def test_fuzzed_upload_names_are_saved_or_refused_with_a_reason(guarded: str, na
     )
     status, reply = call(f"{guarded}/upload", payload, content_type, headers=AUTH)
     assert status == 204 or (400 <= status < 500 and reply["detail"]), (status, reply)
+
+
+# Any code point, lone surrogates and control characters included (json.dumps escapes them).
+HOSTILE_TEXT = st.text(st.characters(exclude_categories=()), max_size=80)
+
+
+@st.composite
+def well_formed(draw: st.DrawFn) -> tuple[str, dict[str, object]]:
+    """Requests of the right shape whose text is anything: they reach the search, answer and
+    enrichment code instead of stopping at validation."""
+    text = draw(HOSTILE_TEXT.filter(str.strip))
+    path = draw(st.sampled_from(sorted(FIELDS)))
+    if path == "/search":
+        body: dict[str, object] = {
+            "query": text,
+            "k": draw(st.integers(1, 100)),
+            "mode": draw(st.sampled_from(["hybrid", "vector", "lexical"])),
+        }
+        if draw(st.booleans()):
+            body["documents"] = draw(st.lists(HOSTILE_TEXT, max_size=3))
+        if draw(st.booleans()):
+            body["metadata"] = draw(st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT | st.integers(), max_size=2))
+    elif path == "/chat":
+        body = {"query": text}
+    else:
+        image = {
+            "data": base64.b64encode(png((120, 80))).decode(),
+            "name": draw(HOSTILE_TEXT),
+            "mime": "image/png",
+        }
+        body = {"images": [image], "domain": text[:40], "features": {"cache": {"enabled": False}}}
+    return path, body
+
+
+@FUZZ
+@given(well_formed())
+def test_fuzzed_hostile_text_in_well_formed_requests_is_answered_or_refused_with_a_reason(
+    guarded: str, request: tuple[str, dict[str, object]]
+) -> None:
+    path, body = request
+    status, reply = call(f"{guarded}{path}", json.dumps(body).encode(), headers=AUTH)
+    assert status == 200 or (status == 422 and reply["detail"]), (status, reply)
