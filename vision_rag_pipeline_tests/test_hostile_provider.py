@@ -3,7 +3,6 @@ hangs, one that echoes the API key in its error bodies."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +11,7 @@ import psycopg
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
-from vision_rag_pipeline.defs.runner import ingest_paths
+from vision_rag_pipeline.defs.runner import dagster_instance, ingest_paths
 from vision_rag_pipeline_tests.openai_fake import HANG, FakeOpenAI, echo_key_reply
 from vision_rag_pipeline_tests.test_enrichment_service import png
 from vision_rag_pipeline_tests.test_mhtml_loader import Resource, build_mhtml
@@ -54,12 +53,15 @@ def test_a_hanging_endpoint_costs_a_document_at_most_30_s_then_the_offline_path_
 ) -> None:
     endpoint.default = HANG
     report = ingest_paths([str(_figures_page(tmp_path))])
-    finished = time.monotonic()
     assert report.documents == 1 and not report.failed, report.failed
     assert report.images_enriched == FIGURES and report.chunks > 0
-    # From the first request to the end of the whole run (chunking, embedding and indexing included):
-    # a correctness bound, not a benchmark. Without the budgets: 60 s x 4 attempts per image, twice.
-    assert finished - endpoint.requests[0].at <= 45
+    # The enrichment step (OCR, the waits on the endpoint, fusion) of this document's run: a
+    # correctness bound, not a benchmark. Without the budgets: 60 s x 4 attempts per image, then
+    # fusion again. Measured: 25.4 s (the 25 s image budget of the first four concurrent calls).
+    instance = dagster_instance()
+    [run] = instance.get_runs(limit=1)
+    step = {s.step_key: s for s in instance.get_run_step_stats(run.run_id)}["image_enrichments"]
+    assert step.end_time - step.start_time <= 40
     assert report.fallbacks.get("vision: timeout", 0) >= 1
     assert report.fallbacks.get("vision: circuit open", 0) >= 1, "the second wave never waits"
     assert len(endpoint.requests) < FIGURES
