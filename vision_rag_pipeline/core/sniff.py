@@ -110,9 +110,7 @@ def decode_image_payload(value: str, max_bytes: int) -> tuple[bytes, str | None]
             raise ImagePayloadError("a data: URL must be base64 encoded (data:<type>;base64,<data>)")
         declared = header[len("data:") : -len(";base64")].split(";")[0].strip().lower() or None
     if len(value) // 4 * 3 > max_bytes + 3:
-        raise ImagePayloadError(
-            f"about {len(value) // 4 * 3:,} bytes, over the {max_bytes:,} byte limit", True
-        )
+        raise ImagePayloadError(f"about {len(value) // 4 * 3:,} bytes, over the {_mb(max_bytes)} limit", True)
     try:
         data = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII characters
