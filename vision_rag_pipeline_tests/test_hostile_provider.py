@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import psycopg
 import pytest
 
@@ -55,13 +56,12 @@ def test_a_hanging_endpoint_costs_a_document_at_most_30_s_then_the_offline_path_
     report = ingest_paths([str(_figures_page(tmp_path))])
     assert report.documents == 1 and not report.failed, report.failed
     assert report.images_enriched == FIGURES and report.chunks > 0
-    # The enrichment step (OCR, the waits on the endpoint, fusion) of this document's run: a
-    # correctness bound, not a benchmark. Without the budgets: 60 s x 4 attempts per image, then
-    # fusion again. Measured: 25.4 s (the 25 s image budget of the first four concurrent calls).
-    instance = dagster_instance()
-    [run] = instance.get_runs(limit=1)
-    step = {s.step_key: s for s in instance.get_run_step_stats(run.run_id)}["image_enrichments"]
-    assert step.end_time - step.start_time <= 40
+    # What the endpoint cost the document, from its first call to the end of its last (recorded on
+    # the materialization): a correctness bound, not a benchmark. Without the budgets: 60 s x 4
+    # attempts per image, then fusion again. Measured: 25.0 s (the 25 s image budget of the first
+    # four concurrent calls; the breaker then opens and the other four never wait).
+    [record] = dagster_instance().fetch_materializations(dg.AssetKey("image_enrichments"), limit=1).records
+    assert record.asset_materialization.metadata["provider_seconds"].value <= 30
     assert report.fallbacks.get("vision: timeout", 0) >= 1
     assert report.fallbacks.get("vision: circuit open", 0) >= 1, "the second wave never waits"
     assert len(endpoint.requests) < FIGURES

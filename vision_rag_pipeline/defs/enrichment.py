@@ -94,6 +94,7 @@ def image_enrichments(
             "vision_tokens_estimate": batch.vision_tokens,
             "fallbacks": sum(batch.fallbacks.values()),
             "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
+            "provider_seconds": batch.provider_seconds,
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )

@@ -52,6 +52,7 @@ class EnrichmentBatch(BaseModel):
     vision_tokens: int = 0  # what the provider bills for these images (low: 85; high/auto: by 512-px tiles)
     errors: list[str] = Field(default_factory=list)
     fallbacks: dict[str, int] = Field(default_factory=dict)  # "vision: timeout" -> images that fell back
+    provider_seconds: float = 0.0  # wall time from the first endpoint call to the end of the last
 
 
 # --- OCR in a process pool -----------------------------------------------------------------------
@@ -294,4 +295,6 @@ def enrich_document_images(
     if use_cache and fresh:
         cache.put_many(fresh, expiry=features.cache.expiry)
     batch.fallbacks = dict(sorted(fallbacks.items()))
+    if active_vision is not None:
+        batch.provider_seconds = round(active_vision.breaker.seconds_waited(), 2)
     return batch

@@ -78,6 +78,8 @@ class _Breaker:
         self._lock = threading.Lock()
         self._failures = 0
         self._deadline: float | None = None
+        self._first_call: float | None = None
+        self._last_return: float | None = None
         self.open_reason: str | None = None
 
     def deadline(self) -> float:
@@ -85,6 +87,19 @@ class _Breaker:
             if self._deadline is None:
                 self._deadline = self.clock() + self.limits.document_budget_s
             return self._deadline
+
+    def attempt_started(self) -> None:
+        with self._lock:
+            self._first_call = self._first_call or self.clock()
+
+    def attempt_ended(self) -> None:
+        with self._lock:
+            self._last_return = self.clock()
+
+    def seconds_waited(self) -> float:
+        """Wall time from the run's first call to the end of its last: what the endpoint cost it."""
+        with self._lock:
+            return (self._last_return or 0.0) - (self._first_call or 0.0)
 
     def check(self) -> None:
         if self.open_reason is None and self.clock() >= self.deadline():
@@ -175,7 +190,11 @@ class VisionClient:
             remaining = deadline - self.clock()
             if remaining <= 0:
                 break
-            outcome = self._attempt(model, messages, llm_kwargs, min(self.limits.timeout_s, remaining))
+            self.breaker.attempt_started()
+            try:
+                outcome = self._attempt(model, messages, llm_kwargs, min(self.limits.timeout_s, remaining))
+            finally:
+                self.breaker.attempt_ended()
             if isinstance(outcome, str):
                 self.breaker.succeeded()
                 return outcome

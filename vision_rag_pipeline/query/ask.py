@@ -133,7 +133,9 @@ def relevant_context(
 ) -> tuple[list[Hit], dict[str, float]]:
     """The hits worth showing the answerer: relevance filter, at most N documents, token budget."""
     answer = config.answer
-    similarity = vector_store(config.embedding.model).similarities(question_vector, [h.chunk_id for h in hits])
+    similarity = vector_store(config.embedding.model).similarities(
+        question_vector, [h.chunk_id for h in hits]
+    )
     kept: list[Hit] = []
     documents: list[str] = []
     budget = answer.context_token_budget

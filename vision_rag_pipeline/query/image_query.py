@@ -49,8 +49,6 @@ def query_image(image: str | Path | bytes, name: str = "query-image") -> Documen
     return DocumentImage(url=f"query:{label}", name=label, mime=mime, data=data)
 
 
-
-
 def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> str:
     """The text to search for: the image's type, keywords and Meta-Content body (no [Source] line)."""
     config = config or load_config()
