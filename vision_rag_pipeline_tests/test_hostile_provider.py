@@ -13,6 +13,9 @@ import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
 from vision_rag_pipeline.defs.runner import dagster_instance, ingest_paths
+from vision_rag_pipeline.documents.registry import DocumentRegistry
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
+from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
 from vision_rag_pipeline_tests.openai_fake import HANG, FakeOpenAI, echo_key_reply
 from vision_rag_pipeline_tests.test_enrichment_service import png
 from vision_rag_pipeline_tests.test_mhtml_loader import Resource, build_mhtml
@@ -49,11 +52,21 @@ def _figures_page(tmp_path: Path) -> Path:
     return path
 
 
+def _remove_from_the_index(path: Path) -> None:
+    registry = DocumentRegistry()
+    document_id = registry.register(path).document_id
+    delete_document_rows(document_id)
+    open_lexical_index().delete_document(document_id)
+    registry.forget(document_id)
+
+
 def test_a_hanging_endpoint_costs_a_document_at_most_30_s_then_the_offline_path_takes_over(
     pg_url: str, endpoint: FakeOpenAI, tmp_path: Path
 ) -> None:
     endpoint.default = HANG
-    report = ingest_paths([str(_figures_page(tmp_path))])
+    page = _figures_page(tmp_path)
+    report = ingest_paths([str(page)])
+    _remove_from_the_index(page)  # the other suites search the shared index for the samples only
     assert report.documents == 1 and not report.failed, report.failed
     assert report.images_enriched == FIGURES and report.chunks > 0
     # What the endpoint cost the document, from its first call to the end of its last (recorded on
