@@ -9,14 +9,20 @@
 
 A `rag_config` id names the active config (`VISION_RAG_CONFIG` or the defaults) or a file
 `$VISION_RAG_HOME/configs/<id>.json|yaml`. Requests are validated by pydantic (422 with the
-failing field), unknown configs are 404, oversized bodies 413, files that are neither MHTML nor
-PDF 415.
+failing field; every string field is bounded, and NUL bytes or lone surrogates anywhere are
+refused), unknown configs are 404, oversized bodies 413 (counted on the stream, so a chunked body
+without Content-Length is cut off too), files that are neither MHTML nor PDF 415. Every error is
+JSON with a `detail`, unexpected ones included (500).
+
+With `VISION_RAG_API_TOKEN` set, every endpoint but the docs wants `Authorization: Bearer <token>`
+(401 otherwise); `serve` refuses a non-loopback address without one.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import hmac
+import ipaddress
+import json
 import os
 import threading
 import uuid
@@ -25,11 +31,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from vision_rag_pipeline.core.config import ConfigError, RagConfig, home, load_config
-from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.core.config import (
+    API_TOKEN_ENV,
+    ConfigError,
+    RagConfig,
+    api_token,
+    home,
+    load_config,
+)
+from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.documents.inbox import inbox_dir
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
@@ -40,24 +56,66 @@ from vision_rag_pipeline.query.search import Filters, Hit, SearchMode, search_qu
 
 MAX_UPLOAD_FILE_BYTES = 100 * 1024 * 1024
 MAX_UPLOAD_FILES = 20
-MAX_JSON_BODY_BYTES = 12 * MAX_IMAGE_BYTES  # ten base64 images of up to 20 MB each, plus slack
+MAX_ENRICHMENT_BODY_BYTES = 12 * MAX_IMAGE_BYTES  # ten base64 images of up to 20 MB each, plus slack
+MAX_QUERY_BODY_BYTES = 2 * MAX_IMAGE_BYTES  # search and chat: one base64 image at most, plus slack
+MAX_IMAGE_CHARS = (MAX_IMAGE_BYTES + 2) // 3 * 4 + 200  # base64 of the largest image, data: header
 MAX_QUERY_CHARS = 2000
+MAX_NAME_CHARS = 255
+MAX_FILTER_ITEMS = 100
+OPEN_PATHS = {"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}  # readable without a token
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
+ImageField = Annotated[str, Field(max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+
+
+def _text_problem(data: object) -> str | None:
+    """Where the request holds a NUL byte or a lone surrogate (neither survives Postgres, tantivy or
+    a file name), else None. Iterative: a deeply nested JSON value must not exhaust the stack."""
+    stack: list[tuple[str, object]] = [("body", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return f"{where}: NUL byte in text"
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where}: lone surrogate in text (not valid Unicode)"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                # the path names the key as printable ASCII: it ends up in the JSON reply
+                inner = f"{where}.{str(key).encode('ascii', 'backslashreplace').decode()}"
+                stack.extend(((inner, key), (inner, item)))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return None
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data: object) -> object:
+        problem = _text_problem(data)
+        if problem:
+            raise ValueError(problem)
+        return data
+
 
 class SearchRequest(_Request):
     rag_config: ConfigId | None = None
     query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
-    image: str | None = Field(None, description="query image: base64 or a base64 data: URL")
+    image: ImageField | None = None
     k: int = Field(5, ge=1, le=100)
     mode: SearchMode = "hybrid"
-    documents: list[str] | None = Field(None, description="document ids, source paths or file names")
-    kinds: list[Literal["text", "table", "image"]] | None = None
-    metadata: dict[str, Any] | None = Field(None, description="chunk metadata must contain this (JSON)")
+    documents: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=MAX_FILTER_ITEMS, description="document ids, source paths or file names"
+    )
+    kinds: list[Literal["text", "table", "image"]] | None = Field(None, max_length=3)
+    metadata: dict[str, Any] | None = Field(
+        None, max_length=MAX_FILTER_ITEMS, description="chunk metadata must contain this (JSON)"
+    )
 
 
 class SearchResponse(BaseModel):
@@ -67,23 +125,23 @@ class SearchResponse(BaseModel):
 class ChatRequest(_Request):
     rag_config: ConfigId | None = None
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    image: str | None = Field(None, description="optional image: base64 or a base64 data: URL")
+    image: ImageField | None = None
     k: int | None = Field(None, ge=1, le=50)
 
 
 class EnrichmentImage(_Request):
-    data: str | None = Field(None, description="base64 image bytes")
-    url: str | None = Field(None, description="base64 data: URL")
-    name: str | None = None
-    mime: str | None = None
+    data: ImageField | None = None
+    url: ImageField | None = None
+    name: Name | None = None
+    mime: Annotated[str, Field(max_length=100)] | None = None
 
 
 class MediaEnrichmentRequest(_Request):
     rag_config: ConfigId | None = None
-    domain: str | None = None
-    config_version: str | None = None
+    domain: Name | None = None
+    config_version: Name | None = None
     images: list[EnrichmentImage] = Field(min_length=1, max_length=MAX_IMAGES_PER_REQUEST)
-    features: dict[str, Any] = Field(default_factory=dict)
+    features: dict[str, Any] = Field(default_factory=dict, max_length=10)
 
 
 class GeneratedResponse(BaseModel):
@@ -112,18 +170,10 @@ def resolve_config(config_id: str | None) -> RagConfig:
 
 
 def _decode_image(value: str) -> bytes:
-    header, sep, payload = value.partition(",")
-    if value.startswith("data:"):
-        if not (sep and header.endswith(";base64")):
-            raise HTTPException(422, "image: a data: URL must be base64 encoded")
-        value = payload
     try:
-        data = base64.b64decode(value, validate=True)
-    except binascii.Error as exc:
-        raise HTTPException(422, f"image: invalid base64: {exc}") from None
-    if len(data) > MAX_IMAGE_BYTES:
-        raise HTTPException(413, f"image: {len(data):,} bytes is over the 20 MB limit")
-    return data
+        return decode_image_payload(value, MAX_IMAGE_BYTES)[0]
+    except ImagePayloadError as exc:
+        raise HTTPException(413 if exc.too_large else 422, f"image: {exc}") from None
 
 
 class _Ingestor:
@@ -153,8 +203,13 @@ class _Ingestor:
 def _save_upload(upload: UploadFile, inbox: Path) -> Path:
     """Stream one upload into the inbox: written aside, size-checked and sniffed, then renamed in."""
     name = Path(upload.filename or "").name
-    if not name or name.startswith("."):
-        raise HTTPException(422, f"upload: invalid file name {upload.filename!r}")
+    problem = _text_problem(name)
+    if not name or name.startswith(".") or problem:
+        raise HTTPException(
+            422, f"upload: invalid file name {upload.filename!r}" + (f" ({problem})" if problem else "")
+        )
+    if len(name.encode()) > MAX_NAME_CHARS:
+        raise HTTPException(422, f"upload: file name over {MAX_NAME_CHARS} bytes: {name[:40]!r}...")
     partial = inbox / f".{uuid.uuid4().hex}.part"
     size = 0
     try:
@@ -185,16 +240,18 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     )
     ingestor = _Ingestor() if ingest_on_upload else None
     app.state.ingestor = ingestor
+    app.add_middleware(_Guard, token=api_token())
 
-    @app.middleware("http")
-    async def limit_body_size(request: Request, call_next):  # noqa: ANN202 - starlette middleware
-        limit = (
-            MAX_UPLOAD_FILES * MAX_UPLOAD_FILE_BYTES if request.url.path == "/upload" else MAX_JSON_BODY_BYTES
-        )
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limit:
-            return JSONResponse({"detail": f"request body over the {limit:,} byte limit"}, status_code=413)
-        return await call_next(request)
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's 422 without the offending input: it may be a 27 MB image, or text (a lone
+        surrogate) that cannot be encoded into the reply at all."""
+        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        return JSONResponse({"detail": jsonable_encoder(errors)}, 422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, 500)
 
     @app.exception_handler(QueryImageError)
     async def bad_image(request: Request, exc: QueryImageError) -> JSONResponse:
@@ -254,6 +311,8 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         try:
             cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
             result = media_enrichment(body, config, cache)
+        except ImagePayloadError as exc:
+            raise HTTPException(413 if exc.too_large else 422, str(exc)) from None
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         return MediaEnrichmentResponse.model_validate(result)
@@ -261,7 +320,106 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     return app
 
 
+class BodyTooLarge(HTTPException):
+    """Raised from `receive` when the body read so far passes the limit; FastAPI passes HTTPExceptions
+    raised while it reads the body through unchanged, so the client gets this 413."""
+
+    def __init__(self, limit: int) -> None:
+        # close: the rest of the body is never read, so the connection cannot serve another request
+        super().__init__(413, f"request body over the {limit:,} byte limit", headers={"Connection": "close"})
+
+
+def body_limit(path: str) -> int:
+    if path == "/upload":
+        return MAX_UPLOAD_FILES * MAX_UPLOAD_FILE_BYTES
+    if path == "/enrichment-services/media-enrichment":
+        return MAX_ENRICHMENT_BODY_BYTES
+    return MAX_QUERY_BODY_BYTES
+
+
+class _Guard:
+    """Token check and body limit before any endpoint reads a byte (pure ASGI, so the limit counts
+    the body as it streams in: a chunked body has no Content-Length to trust)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.token and scope["path"] not in OPEN_PATHS and not self._authorized(headers):
+            await _reply(
+                send,
+                401,
+                "missing or wrong API token (Authorization: Bearer <token>)",
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        limit = body_limit(scope["path"])
+        length = headers.get("content-length", "")
+        if length and (not length.isdigit() or int(length) > limit):
+            await _reply(send, 413, f"request body over the {limit:,} byte limit")
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        scheme, _, given = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+
+async def _reply(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class UnsafeBindError(RuntimeError):
+    """`serve` was asked to listen beyond this machine without a token."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def serve(host: str = "127.0.0.1", port: int = 8000, ingest_on_upload: bool = True) -> None:
+    """Run the API; on a non-loopback address only with `VISION_RAG_API_TOKEN` set."""
     import uvicorn
+
+    if not is_loopback(host) and not api_token():
+        raise UnsafeBindError(
+            f"refusing to listen on {host}: anyone who can reach it could upload, ingest and read the index. "
+            f"Set {API_TOKEN_ENV} to a secret token (clients send Authorization: Bearer <token>), "
+            "or listen on 127.0.0.1."
+        )
 
     uvicorn.run(create_app(ingest_on_upload), host=host, port=port)

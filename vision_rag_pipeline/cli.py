@@ -66,6 +66,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print("languages: " + ", ".join(f"{language} ({count} chunks)" for language, count in seen))
         for warning in report.warnings:
             print(f"WARNING {warning}", file=sys.stderr)
+        if report.fallbacks:
+            reasons = ", ".join(f"{reason} x{count}" for reason, count in report.fallbacks.items())
+            print(f"offline fallbacks: {sum(report.fallbacks.values())} ({reasons})")
         for failure in report.failed:
             print(f"FAILED {failure.path}: {failure.error}", file=sys.stderr)
     return 1 if report.failed else 0
@@ -121,9 +124,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.api import serve
+    from vision_rag_pipeline.api import UnsafeBindError, serve
 
-    serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
+    try:
+        serve(args.host, args.port, ingest_on_upload=not args.no_ingest)
+    except UnsafeBindError as exc:
+        print(f"vision-rag serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -266,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     serve = sub.add_parser("serve", help="run the HTTP API (upload, search, chat, media enrichment)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="a non-loopback address needs VISION_RAG_API_TOKEN set"
+    )
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
     serve.set_defaults(func=cmd_serve)

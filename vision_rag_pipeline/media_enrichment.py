@@ -6,14 +6,13 @@ first one's classifier verdict and the Meta-Content of each out. Served by the H
 from __future__ import annotations
 
 import base64
-import binascii
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from vision_rag_pipeline.core.config import RagConfig, load_config
-from vision_rag_pipeline.core.sniff import image_mime
+from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, image_mime
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -22,8 +21,6 @@ from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
 from vision_rag_pipeline.enrichment.vlm import VisionClient, vision_client_from_env
 
 MAX_IMAGES_PER_REQUEST = 10
-
-
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -41,25 +38,18 @@ def _request_image(index: int, item: Any) -> DocumentImage:
     label = f"image {index + 1}"
     if not isinstance(item, dict):
         raise ValueError(f"{label}: expected an object with 'data' or 'url', got {type(item).__name__}")
-    mime = item.get("mime")
+    if "url" in item and not str(item["url"]).startswith("data:"):
+        raise ValueError(f"{label}: url must be a base64 data: URL")
+    payload = item.get("url", item.get("data"))
+    if payload is None:
+        raise ValueError(f"{label}: needs 'data' (base64) or 'url' (data: URL)")
     try:
-        if "url" in item:
-            url = str(item["url"])
-            header, sep, payload = url.partition(",")
-            if not (url.startswith("data:") and sep and header.endswith(";base64")):
-                raise ValueError(f"{label}: url must be a base64 data: URL")
-            mime = mime or header[len("data:") : -len(";base64")]
-            data = base64.b64decode(payload, validate=True)
-        elif "data" in item:
-            data = base64.b64decode(str(item["data"]), validate=True)
-        else:
-            raise ValueError(f"{label}: needs 'data' (base64) or 'url' (data: URL)")
-    except binascii.Error as exc:
-        raise ValueError(f"{label}: invalid base64: {exc}") from exc
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ValueError(f"{label}: {len(data):,} bytes is over the 20 MB per-image limit")
+        data, declared = decode_image_payload(str(payload), MAX_IMAGE_BYTES)
+    except ImagePayloadError as exc:
+        raise ImagePayloadError(f"{label}: {exc}", exc.too_large) from None
+    mime = item.get("mime") or image_mime(data, declared or "") or "application/octet-stream"
     name = str(item.get("name") or f"image-{index + 1}")
-    return DocumentImage(url=f"request:{name}", name=name, mime=mime or image_mime(data) or "application/octet-stream", data=data)
+    return DocumentImage(url=f"request:{name}", name=name, mime=mime, data=data)
 
 
 def media_enrichment(
@@ -104,7 +94,7 @@ def media_enrichment(
         config,
         cache,
         str(request.get("document") or "request"),
-        vision or vision_client_from_env(),
+        vision or vision_client_from_env(config.media_enrichment.provider),
     )
     contents = [batch.results[img.sha256].meta_content for img in images if img.sha256 in batch.results]
     return {
@@ -123,7 +113,7 @@ def enrich_files(paths: list[Path]) -> list[dict[str, Any]]:
     """`vision-rag enrich`: one media-enrichment request per file, with the configured cache and endpoint."""
     config = load_config()
     cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
-    vision = vision_client_from_env()
+    vision = vision_client_from_env(config.media_enrichment.provider)
     results = []
     for path in paths:
         try:

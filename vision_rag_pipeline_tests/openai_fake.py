@@ -2,13 +2,16 @@
 
 Responses are scripted (status, JSON body, headers) and served in order; once the script is
 used up, `default` is served. Every request is recorded with its path, headers and JSON body,
-so tests can check exactly what the real `openai` client sent.
+so tests can check exactly what the real `openai` client sent. A reply can hang (`delay_s`, the
+way an overloaded endpoint holds a connection) or echo the request's API key in its error body
+(`echo_key`, the way some proxies and gateways do).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +22,8 @@ class Reply:
     status: int = 200
     body: Any = None  # dict -> JSON; str -> sent as is (for malformed replies)
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # hold the connection this long before answering (cut short on shutdown)
+    echo_key: bool = False  # body: an error message quoting the Authorization header and the bare key
 
 
 @dataclass
@@ -26,6 +31,14 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]  # names lower-cased
     body: dict[str, Any]
+    at: float = 0.0  # time.monotonic() when the request arrived
+
+
+HANG = Reply(delay_s=3600.0)
+
+
+def echo_key_reply(status: int = 401) -> Reply:
+    return Reply(status=status, echo_key=True)
 
 
 def chat_reply(text: str | None, model: str = "fake-vision") -> Reply:
@@ -60,6 +73,7 @@ class FakeOpenAI:
         self.requests: list[RecordedRequest] = []
         self._script: list[Reply] = []
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -87,18 +101,27 @@ class FakeOpenAI:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 body = json.loads(raw) if raw else {}
-                reply = fake._next_reply(
-                    RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                )
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                reply = fake._next_reply(RecordedRequest(self.path, headers, body, time.monotonic()))
+                if reply.delay_s and fake._closing.wait(reply.delay_s):
+                    return
                 payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                if reply.echo_key:
+                    authorization = headers.get("authorization", "")
+                    key = authorization.removeprefix("Bearer ")
+                    message = f"Incorrect API key provided: {key} (sent as Authorization: {authorization})"
+                    payload = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
                 data = payload.encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
+                    return
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
                 return
@@ -110,6 +133,7 @@ class FakeOpenAI:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

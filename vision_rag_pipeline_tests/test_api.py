@@ -11,10 +11,12 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from vision_rag_pipeline.api import create_app
 from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
@@ -43,27 +45,40 @@ def base_url(corpus, ingested: list[list[str]]) -> Iterator[str]:
         done.set()
 
     ingest_module.ingest_paths = record
+    with serving(create_app()) as url:
+        yield url
+    ingest_module.ingest_paths = real_ingest
+
+
+@contextmanager
+def serving(app: FastAPI) -> Iterator[str]:
+    """`app` under a real uvicorn server on a free loopback port; yields its base URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    ingest_module.ingest_paths = real_ingest
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def call(
-    url: str, body: bytes | dict | None = None, content_type: str = "application/json"
+    url: str,
+    body: bytes | dict | None = None,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, object]:
     data = json.dumps(body).encode() if isinstance(body, dict) else body
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type} if data else {})
+    sent = {"Content-Type": content_type} if data else {}
+    request = urllib.request.Request(url, data=data, headers={**sent, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             raw = response.read()

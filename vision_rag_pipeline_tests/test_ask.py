@@ -10,7 +10,7 @@ import openai
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vision_rag_pipeline.core.config import AnswerConfig, RagConfig
+from vision_rag_pipeline.core.config import AnswerConfig, ProviderLimits, RagConfig
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.enrichment.vlm import VisionClient
 from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, sentences
@@ -130,7 +130,7 @@ def test_an_invalid_llm_reply_is_retried_and_its_excerpt_made_verbatim(corpus) -
     with FakeOpenAI() as server:
         server.script(chat_reply(json.dumps(invalid)), chat_reply(json.dumps(valid)))
         raw = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-        client = VisionClient(raw, engine="openai:fake", max_attempts=1)
+        client = VisionClient(raw, engine="openai:fake", limits=ProviderLimits(max_attempts=1))
         answer = ask(PICNIC, config=RagConfig(), client=client)
     assert answer.method == "llm" and answer.answer == "734 people attended."
     assert [c.excerpt for c in answer.citations] == ["annual picnic drew 734 attendees"]

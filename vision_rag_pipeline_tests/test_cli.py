@@ -17,6 +17,7 @@ INGEST_KEYS = {
     "enrichment_calls",
     "cache_hits",
     "chunks",
+    "fallbacks",
     "failed",
     "seconds",
     "languages",

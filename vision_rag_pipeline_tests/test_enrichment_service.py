@@ -13,7 +13,7 @@ import openai
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.core.config import ProviderLimits, RagConfig
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -155,7 +155,12 @@ def server() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def vision(server: FakeOpenAI) -> VisionClient:
     client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=10)
-    return VisionClient(client, engine=f"openai:{server.base_url}", max_attempts=2, sleep=lambda _s: None)
+    return VisionClient(
+        client,
+        engine=f"openai:{server.base_url}",
+        limits=ProviderLimits(max_attempts=2),
+        sleep=lambda _s: None,
+    )
 
 
 def test_vision_caption_and_llm_fusion(
@@ -296,3 +301,17 @@ def test_enrich_files_reports_each_file(pg_url: str, tmp_path: Path) -> None:
     assert ok["classifier_result"]["verdict"] == "GPT_VISION"
     assert "Margin 38 percent" in ok["generated_response"]["content"]
     assert missing["path"].endswith("missing.png") and "No such file" in missing["error"]
+
+
+def test_fusion_is_not_asked_when_the_description_failed(
+    text_images: list[DocumentImage], server: FakeOpenAI, vision: VisionClient
+) -> None:
+    server.default = error_reply(503, "overloaded")
+    img = text_images[1]
+    config = fresh_config()  # LLM fusion wanted
+    verdicts = classify_images([img], config.media_enrichment.features.classifier)
+    batch = enrich_document_images([img], verdicts, config, None, "doc", vision=vision)
+    result = batch.results[img.sha256]
+    assert result.fusion == "rule" and "Quarterly Forecast" in result.meta_content
+    assert len(server.requests) == 2, "two description attempts, no fusion call"
+    assert batch.fallbacks == {"fusion: description failed": 1, "vision: http 503": 1}

@@ -6,15 +6,24 @@ import base64
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import openai
 import pytest
 
-from vision_rag_pipeline.core.config import MllmFeature
+from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits
+from vision_rag_pipeline.core.redact import REDACTED, redact
 from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage, vision_client_from_env
-from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply, error_reply
+from vision_rag_pipeline_tests.openai_fake import (
+    HANG,
+    FakeOpenAI,
+    Reply,
+    chat_reply,
+    echo_key_reply,
+    error_reply,
+)
 
 PNG = VisionImage(b"\x89PNG\r\n\x1a\nfake", "image/png")
 JPEG = VisionImage(b"\xff\xd8\xfffake", "image/jpeg")
@@ -34,7 +43,9 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def client(server: FakeOpenAI, sleeps: list[float]) -> VisionClient:
     raw = openai.OpenAI(base_url=server.base_url, api_key="test-key", max_retries=0, timeout=10)
-    return VisionClient(raw, engine=f"openai:{server.base_url}", max_attempts=3, sleep=sleeps.append)
+    return VisionClient(
+        raw, engine=f"openai:{server.base_url}", limits=ProviderLimits(max_attempts=3), sleep=sleeps.append
+    )
 
 
 FEATURE = MllmFeature(
@@ -162,3 +173,82 @@ def test_offline_the_pipeline_never_imports_the_openai_client() -> None:
     code = "import sys, vision_rag_pipeline.definitions; print('openai' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
+
+
+# --- time budgets, circuit breaker, redaction ---------------------------------------------------
+
+
+def _limited(server: FakeOpenAI, api_key: str = "test-key", **limits: float) -> VisionClient:
+    raw = openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    return VisionClient(raw, engine="openai:test", sleep=lambda _s: None, limits=ProviderLimits(**limits))
+
+
+def test_a_hanging_endpoint_costs_one_image_budget_not_timeout_times_attempts(server: FakeOpenAI) -> None:
+    server.default = HANG
+    client = _limited(server, timeout_s=60, image_budget_s=1.5, breaker_failures=10)
+    started = time.monotonic()
+    with pytest.raises(VisionError, match="time budget spent") as caught:
+        client.describe_one(PNG, FEATURE)
+    assert caught.value.reason == "timeout"
+    assert time.monotonic() - started < 10, "a correctness bound: 60 s x 4 attempts would be 240 s"
+
+
+def test_repeated_failures_open_the_breaker_for_the_rest_of_the_run(server: FakeOpenAI) -> None:
+    server.default = error_reply(503, "overloaded")
+    client = _limited(server, max_attempts=2, breaker_failures=3)
+    with pytest.raises(VisionError, match="gave up after 2 attempts") as first:
+        client.describe_one(PNG, FEATURE)
+    assert first.value.reason == "http 503"
+    with pytest.raises(VisionError, match="circuit open"):
+        client.describe_one(PNG, FEATURE)  # its first attempt is the third failure in a row
+    with pytest.raises(VisionError, match="circuit open") as later:
+        client.fuse("system", "user", "gpt-4o", {})
+    assert later.value.reason == "circuit open"
+    assert len(server.requests) == 3, "once open, the endpoint is not asked again"
+
+
+def test_a_success_resets_the_breaker_and_a_refused_image_never_opens_it(server: FakeOpenAI) -> None:
+    client = _limited(server, max_attempts=1, breaker_failures=2)
+    server.script(error_reply(500), chat_reply("ok"), error_reply(500), *[error_reply(400, "too big")] * 3)
+    with pytest.raises(VisionError):
+        client.describe_one(PNG, FEATURE)
+    assert client.describe_one(PNG, FEATURE) == "ok"
+    for _ in range(4):  # one server error, then three refusals of this image: still closed
+        with pytest.raises(VisionError, match="gave up|too big"):
+            client.describe_one(PNG, FEATURE)
+    assert client.breaker.open_reason is None
+
+
+def test_a_key_echoed_in_an_error_body_is_redacted(server: FakeOpenAI) -> None:
+    key = "vr-test-9f2c4b1e77a0d3"
+    server.script(echo_key_reply(401), echo_key_reply(500), echo_key_reply(500))
+    client = _limited(server, api_key=key, max_attempts=2, breaker_failures=10)
+    for _ in range(2):
+        with pytest.raises(VisionError) as caught:
+            client.describe_one(PNG, FEATURE)
+        assert key in server.requests[-1].headers["authorization"], "the fake did see the key"
+        assert key not in str(caught.value) and "[REDACTED]" in str(caught.value)
+        chained = [caught.value.__cause__, caught.value.__context__]
+        assert chained == [None, None], "no unredacted provider exception rides along"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Incorrect API key provided: sk-proj-AbCdEf0123456789xyz.", "sk-proj-AbCdEf0123456789xyz"),
+        (
+            "upstream said: Authorization: Bearer eyJhbGciOi.JIUzI1NiJ9-abc_def",
+            "eyJhbGciOi.JIUzI1NiJ9-abc_def",
+        ),
+        ('{"api_key": "my-own-gateway-secret-42"}', "my-own-gateway-secret-42"),
+        ("access_token=Zm9vYmFyYmF6cXV4", "Zm9vYmFyYmF6cXV4"),
+    ],
+)
+def test_redact_removes_token_shaped_strings(text: str, secret: str) -> None:
+    redacted = redact(text)
+    assert secret not in redacted and REDACTED in redacted
+
+
+def test_redact_keeps_ordinary_error_text() -> None:
+    text = "Error code: 503 - model gpt-4o is overloaded, retry after 3 s (request id req_12)"
+    assert redact(text, ["unused"]) == text

@@ -19,6 +19,7 @@ ES_URL_ENV = "VISION_RAG_ES_URL"
 # Set (to 1/true/yes) where more than one host runs the pipeline: a Kubernetes run launcher, several
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
+API_TOKEN_ENV = "VISION_RAG_API_TOKEN"
 
 
 class _Strict(BaseModel):
@@ -117,10 +118,28 @@ class FusionConfig(_Strict):
     max_keywords: int = 12
 
 
+class ProviderLimits(_Strict):
+    """How long one run may wait on the vision/fusion endpoint before the offline path takes over.
+
+    A hanging endpoint would otherwise cost `timeout_s` x `max_attempts` per image, and again for
+    fusion. Each image gets `image_budget_s` in total (description + fusion, retries and backoff
+    included); after `breaker_failures` failed calls in a row, or `document_budget_s` after its
+    first call, the rest of the run (one document) goes offline without asking the endpoint again.
+    Not part of any code version: the limits decide whether the endpoint answers, not what it says.
+    """
+
+    timeout_s: float = Field(60.0, gt=0)  # one HTTP attempt
+    max_attempts: int = Field(4, gt=0)  # per call, retries included
+    image_budget_s: float = Field(25.0, gt=0)
+    document_budget_s: float = Field(300.0, gt=0)
+    breaker_failures: int = Field(3, gt=0)
+
+
 class MediaEnrichmentConfig(_Strict):
     features: EnrichmentFeatures = Field(default_factory=EnrichmentFeatures)
     ocr: OcrConfig = Field(default_factory=OcrConfig)
     fusion: FusionConfig = Field(default_factory=FusionConfig)
+    provider: ProviderLimits = Field(default_factory=ProviderLimits)
 
 
 class EmbeddingConfig(_Strict):
@@ -256,3 +275,6 @@ def reindex_cron() -> str:
     """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
     03:00 every night."""
     return os.environ.get(REINDEX_CRON_ENV) or "0 3 * * *"
+def api_token() -> str | None:
+    """The bearer token the HTTP API requires (`VISION_RAG_API_TOKEN`), or None: loopback use only."""
+    return os.environ.get(API_TOKEN_ENV) or None

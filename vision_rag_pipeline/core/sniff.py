@@ -1,11 +1,14 @@
 """Recognise files and image payloads by their bytes, because names and declared types lie.
 
 Browsers save images under `application/octet-stream`, servers send PNGs as `image/jpeg`, and users
-rename `.mht` files to `.html`; the loaders and the CLI trust magic bytes over labels.
+rename `.mht` files to `.html`; the loaders and the CLI trust magic bytes over labels. Images sent
+inline (base64 or `data:` URLs, to the HTTP API and the media-enrichment operation) are decoded here.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from pathlib import Path
 from typing import Literal
@@ -84,3 +87,38 @@ def sniff_document_kind(path: str | Path) -> Literal["mhtml", "pdf"] | None:
     if b"%PDF-" in head:  # PDF readers accept junk before the header within the first KB
         return "pdf"
     return None
+
+
+class ImagePayloadError(ValueError):
+    """A base64 image or data: URL that cannot be decoded; `too_large` when only its size is wrong."""
+
+    def __init__(self, message: str, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
+def decode_image_payload(value: str, max_bytes: int) -> tuple[bytes, str | None]:
+    """The bytes of a base64 string or a base64 `data:` URL, and the URL's declared type (else None).
+
+    The size is judged from the encoded length before anything is decoded, so an oversized payload
+    costs no memory beyond the request itself.
+    """
+    declared = None
+    if value.startswith("data:"):
+        header, sep, value = value.partition(",")
+        if not (sep and header.endswith(";base64")):
+            raise ImagePayloadError("a data: URL must be base64 encoded (data:<type>;base64,<data>)")
+        declared = header[len("data:") : -len(";base64")].split(";")[0].strip().lower() or None
+    if len(value) // 4 * 3 > max_bytes + 3:
+        raise ImagePayloadError(f"about {len(value) // 4 * 3:,} bytes, over the {_mb(max_bytes)} limit", True)
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:  # ValueError: non-ASCII characters
+        raise ImagePayloadError(f"invalid base64: {exc}") from None
+    if len(data) > max_bytes:
+        raise ImagePayloadError(f"{len(data):,} bytes, over the {_mb(max_bytes)} limit", True)
+    return data, declared
+
+
+def _mb(size: int) -> str:
+    return f"{size / 2**20:g} MB"

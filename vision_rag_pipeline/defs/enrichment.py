@@ -78,13 +78,15 @@ def image_enrichments(
         config,
         cache,
         document_name=Path(index_db.registry().get(context.partition_key).source_path).name,
-        vision=vision_client_from_env(),
+        vision=vision_client_from_env(config.media_enrichment.provider),
     )
     for error in batch.errors:
         context.log.warning(error)
     for language in missing_languages(config.media_enrichment.ocr.languages):
         context.log.warning(missing_language_warning(language))
     read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
+    if batch.fallbacks:
+        context.log.warning(f"offline fallbacks: {batch.fallbacks}")
     looked_up = batch.calls + batch.cache_hits
     # Offline nothing is billed: the figure is what a vision model would cost, and is labelled so.
     tokens_label = "vision_tokens_if_enabled" if batch.engine == OFFLINE_ENGINE else "vision_tokens_estimate"
@@ -100,8 +102,10 @@ def image_enrichments(
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
             "engine": batch.engine,
             tokens_label: batch.vision_tokens,
-            "fallbacks": len(batch.errors),
             "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
+            "fallbacks": sum(batch.fallbacks.values()),
+            "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
+            "provider_seconds": batch.provider_seconds,
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )

@@ -89,6 +89,8 @@ class _Counts(BaseModel):
     cache_hits: int = 0
     chunks: int = 0
     languages: dict[str, int] = Field(default_factory=dict)  # chunks per language their text is in
+    # images whose provider call fell back to the offline path, by reason ("vision: timeout": 3)
+    fallbacks: dict[str, int] = Field(default_factory=dict)
 
 
 class IngestReport(_Counts):
@@ -205,6 +207,8 @@ def _merge(
             setattr(report, field, getattr(report, field) + getattr(outcome, field))
         for language, count in outcome.languages.items():
             report.languages[language] = report.languages.get(language, 0) + count
+        for reason, count in outcome.fallbacks.items():
+            report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
         progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
@@ -275,6 +279,7 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         images_enriched=len(batch.results),
         enrichment_calls=batch.calls,
         cache_hits=batch.cache_hits,
+        fallbacks=batch.fallbacks,
         chunks=len(chunks),
         languages=Counter(c.metadata["language"] for c in chunks if c.metadata.get("language")),
     )

@@ -341,7 +341,11 @@ def _page_bounds(image_object: pdfium.PdfImage) -> tuple[float, float, float, fl
 
 def _encode_image(image_object: pdfium.PdfImage) -> tuple[bytes, str, int, int] | None:
     """JPEG streams are kept as they are (when browsers can show them); everything else becomes PNG."""
-    if image_object.get_filters(skip_simple=True) == ["DCTDecode"]:
+    try:
+        filters = image_object.get_filters(skip_simple=True)
+    except UnicodeDecodeError:  # a damaged filter name: pypdfium2 decodes it as UTF-8
+        filters = []
+    if filters == ["DCTDecode"]:
         data = bytes(image_object.get_data(decode_simple=True))
         try:
             with Image.open(io.BytesIO(data)) as jpeg:

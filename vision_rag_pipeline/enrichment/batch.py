@@ -3,12 +3,16 @@
 OCR runs in a process pool (Tesseract is CPU-bound and single-threaded per image), reused for
 the life of the process; vision-model calls run in threads alongside it (they only wait on the
 network). A provider failure is recorded on the image and the offline result is used instead;
-such fallbacks are not cached, so the next run asks the provider again.
+such fallbacks are not cached, so the next run asks the provider again. Each image's provider calls
+(description, then fusion) share one time budget, and fusion is not asked to merge a description
+that failed; `fallbacks` counts why the offline path was taken.
 """
 
 from __future__ import annotations
 
 import io
+import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +52,8 @@ class EnrichmentBatch(BaseModel):
     vision_tokens: int = 0  # what the provider bills for these images (low: 85; high/auto: by 512-px tiles)
     engine: str = OFFLINE_ENGINE  # who computed them: "offline" (OCR + rules) or the vision endpoint
     errors: list[str] = Field(default_factory=list)
+    fallbacks: dict[str, int] = Field(default_factory=dict)  # "vision: timeout" -> images that fell back
+    provider_seconds: float = 0.0  # wall time from the first endpoint call to the end of the last
 
 
 # --- OCR in a process pool -----------------------------------------------------------------------
@@ -89,10 +95,11 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
 # --- vision model --------------------------------------------------------------------------------
 
 
-def _describe(vision: VisionClient, image: DocumentImage, feature: MllmFeature) -> str:
-    """The VLM caption of one image."""
+def _describe(vision: VisionClient, image: DocumentImage, feature: MllmFeature) -> tuple[str, float]:
+    """The VLM caption of one image, and the seconds it took (charged to the image's budget)."""
+    started = time.monotonic()
     data, mime, _ = encode_for_vision(load_image(image.data, image.mime), feature.detail_mode)
-    return vision.describe_one(VisionImage(data, mime), feature)
+    return vision.describe_one(VisionImage(data, mime), feature), time.monotonic() - started
 
 
 def _token_estimate(image: DocumentImage, detail_mode: str) -> int:
@@ -111,6 +118,9 @@ class _Computed:
     ocr: OcrResult
     caption: str | None = None
     errors: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # "vision: timeout", "fusion: description failed"
+    provider_s: float = 0.0  # spent on the description; fusion gets the rest of the image budget
+    caption_failed: bool = False
 
 
 def _compute(
@@ -123,17 +133,24 @@ def _compute(
     """OCR every image in the process pool while the VLM describes them in threads, then fuse."""
     mllm = config.media_enrichment.features.mllm
     with ThreadPoolExecutor(max_workers=vision.max_concurrency if vision else 1) as threads:
-        captions: dict[str, Future[str]] = {}
+        captions: dict[str, Future[tuple[str, float]]] = {}
         if vision is not None and mllm.enabled:
             captions = {sha: threads.submit(_describe, vision, img, mllm) for sha, img in images.items()}
         computed = {}
         for sha, (ocr, error) in _ocr_all(images, config).items():
             computed[sha] = _Computed(ocr, errors=[f"ocr: {error}"] if error else [])
         for sha, future in captions.items():
+            done = computed[sha]
             try:
-                computed[sha].caption = future.result()
-            except (VisionError, ImageError) as exc:
-                computed[sha].errors.append(f"vision: {exc}")
+                done.caption, done.provider_s = future.result()
+            except VisionError as exc:
+                done.errors.append(f"vision: {exc}")
+                done.fallbacks.append(f"vision: {exc.reason}")
+                done.caption_failed = True
+            except ImageError as exc:
+                done.errors.append(f"vision: {exc}")
+                done.fallbacks.append("vision: image not encodable")
+                done.caption_failed = True
         fusions = {
             sha: threads.submit(_fuse, img, tags.get(sha, []), computed[sha], sources[sha], config, vision)
             for sha, img in images.items()
@@ -152,10 +169,16 @@ def _fuse(
     config: RagConfig,
     vision: VisionClient | None,
 ) -> Fused:
-    """LLM fusion when an endpoint is configured and wanted, else (or when it fails) rule fusion."""
+    """LLM fusion when an endpoint is configured and wanted, else (or when it fails) rule fusion.
+
+    When the description failed, the endpoint is not asked again for the same image: rule fusion
+    keeps the OCR text, and the image's budget is not spent twice on an endpoint that just failed.
+    """
     enrichment = config.media_enrichment
     max_keywords = enrichment.fusion.max_keywords
-    if vision is not None and enrichment.fusion.use_llm:
+    if vision is not None and enrichment.fusion.use_llm and computed.caption_failed:
+        computed.fallbacks.append("fusion: description failed")
+    elif vision is not None and enrichment.fusion.use_llm:
         mllm = enrichment.features.mllm
         try:
             return fuse_with_llm(
@@ -168,9 +191,11 @@ def _fuse(
                 source,
                 max_keywords,
                 computed.caption,
+                budget_s=max(0.0, vision.limits.image_budget_s - computed.provider_s),
             )
         except VisionError as exc:
             computed.errors.append(f"fusion: {exc}")
+            computed.fallbacks.append(f"fusion: {exc.reason}")
     return fuse_by_rule(image, tags, computed.ocr, source, max_keywords, computed.caption)
 
 
@@ -245,6 +270,7 @@ def enrich_document_images(
 
     computed = _compute(misses, tags, sources, config, active_vision) if misses else {}
     fresh: dict[str, EnrichmentResult] = {}
+    fallbacks: Counter[str] = Counter()
     for sha, image in misses.items():
         done, fused = computed[sha]
         result = EnrichmentResult(
@@ -264,8 +290,12 @@ def enrich_document_images(
         batch.results[sha] = result
         batch.calls += 1
         batch.errors.extend(f"{sources[sha]}: {error}" for error in done.errors)
+        fallbacks.update(done.fallbacks)
         if not done.errors:
             fresh[keys[sha]] = result
     if use_cache and fresh:
         cache.put_many(fresh, expiry=features.cache.expiry)
+    batch.fallbacks = dict(sorted(fallbacks.items()))
+    if active_vision is not None:
+        batch.provider_seconds = round(active_vision.breaker.seconds_waited(), 2)
     return batch

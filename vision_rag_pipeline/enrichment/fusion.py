@@ -321,7 +321,10 @@ def _parse_fusion_reply(reply: str) -> dict[str, object]:
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("content"), str) or not data["content"].strip():
-        raise VisionError(f"fusion: malformed reply (expected a JSON object with content): {reply[:120]!r}")
+        raise VisionError(
+            f"fusion: malformed reply (expected a JSON object with content): {reply[:120]!r}",
+            "malformed reply",
+        )
     return data
 
 
@@ -343,8 +346,9 @@ def fuse_with_llm(
     source: str,
     max_keywords: int,
     vlm_caption: str | None,
+    budget_s: float | None = None,
 ) -> Fused:
-    """LLM fusion; raises VisionError (the caller falls back to `fuse_by_rule`)."""
+    """LLM fusion within `budget_s` seconds; raises VisionError (the caller falls back to `fuse_by_rule`)."""
     text = clean_ocr_text(ocr.text)
     hints = _hints(image)
     system = FUSION_SYSTEM_PROMPT.format(types=", ".join(IMAGE_TYPES), max_keywords=max_keywords)
@@ -365,7 +369,7 @@ def fuse_with_llm(
             f"OCR text (confidence {ocr.level}):\n{text or '(none)'}",
         ]
     )
-    data = _parse_fusion_reply(client.fuse(system, user, model, dict(llm_kwargs)))
+    data = _parse_fusion_reply(client.fuse(system, user, model, dict(llm_kwargs), budget_s))
     content = str(data["content"]).strip()
     if _missing_share(text, content) > _MAX_MISSING_OCR_WORDS:
         content += "\nText in image (OCR):\n" + text

@@ -8,7 +8,10 @@ failures, and still run concurrently; the extra cost is the prompt text repeated
 small next to the image tokens (a 1024-px image costs 765).
 
 The `openai` client runs with `max_retries=0`: retries happen here, with exponential backoff,
-jitter and Retry-After, so the attempt bound and the sleep are ours (and testable). `openai` is
+jitter and Retry-After, so the attempt bound and the sleep are ours (and testable), inside the
+time budgets and circuit breaker of `ProviderLimits` (a hanging endpoint costs a document at most
+about one image budget, not 60 s x 4 attempts per image). Error texts are redacted of the key and
+of anything shaped like a token before they leave this module. `openai` is
 imported only once an endpoint is configured: offline, every ingest worker and CLI call would pay
 ~0.7 s to import it for nothing.
 """
@@ -19,21 +22,33 @@ import base64
 import email.utils
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from vision_rag_pipeline.core.config import MllmFeature
+from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits
+from vision_rag_pipeline.core.redact import redact
 
 if TYPE_CHECKING:
     import openai
 
-DEFAULT_TIMEOUT_S = 60.0
 RETRIABLE_STATUS = {408, 409, 429}
+# Failures that say nothing about the endpoint's health (this image or this request was refused):
+# they never open the breaker.
+REQUEST_SPECIFIC_STATUS = {400, 413, 415, 422}
 
 
 class VisionError(RuntimeError):
-    """The endpoint could not produce a usable reply; the caller falls back to the offline path."""
+    """The endpoint could not produce a usable reply; the caller falls back to the offline path.
+
+    `reason` is a short category for the run summary (timeout, http 503, circuit open, ...); the
+    message has the detail. Both are redacted of credentials.
+    """
+
+    def __init__(self, message: str, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class VisionImage(NamedTuple):
@@ -46,65 +61,198 @@ def data_url(image: VisionImage | tuple[bytes, str]) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+class _Failure(NamedTuple):
+    reason: str  # short category for the run summary
+    message: str  # redacted detail
+    retriable: bool = False
+    retry_after_s: float | None = None
+    counts: bool = True  # towards opening the breaker (not when only this request was refused)
+
+
+class _Breaker:
+    """One run's patience with the endpoint: consecutive failures and a deadline, shared by its threads."""
+
+    def __init__(self, limits: ProviderLimits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._deadline: float | None = None
+        self._first_call: float | None = None
+        self._last_return: float | None = None
+        self.open_reason: str | None = None
+
+    def deadline(self) -> float:
+        with self._lock:
+            if self._deadline is None:
+                self._deadline = self.clock() + self.limits.document_budget_s
+            return self._deadline
+
+    def attempt_started(self) -> None:
+        with self._lock:
+            self._first_call = self._first_call or self.clock()
+
+    def attempt_ended(self) -> None:
+        with self._lock:
+            self._last_return = self.clock()
+
+    def seconds_waited(self) -> float:
+        """Wall time from the run's first call to the end of its last: what the endpoint cost it."""
+        with self._lock:
+            return (self._last_return or 0.0) - (self._first_call or 0.0)
+
+    def check(self) -> None:
+        if self.open_reason is None and self.clock() >= self.deadline():
+            self.open_reason = f"document budget of {self.limits.document_budget_s:g}s spent"
+        if self.open_reason is not None:
+            raise VisionError(
+                f"circuit open: {self.open_reason}; offline path for the rest of the run", "circuit open"
+            )
+
+    def failed(self, reason: str) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._failures >= self.limits.breaker_failures and self.open_reason is None:
+                self.open_reason = f"{self._failures} failed calls in a row (last: {reason})"
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._failures = 0
+
+
 class VisionClient:
-    """Chat completions with bounded retries; `engine` names the endpoint for cache keys."""
+    """Chat completions with bounded retries, time budgets and a circuit breaker.
+
+    `engine` names the endpoint for cache keys. One client serves one run (a document): its breaker,
+    once open, sends every later call of the run straight to the offline path.
+    """
 
     def __init__(
         self,
         client: openai.OpenAI,
         engine: str,
-        max_attempts: int = 4,
         base_delay_s: float = 1.0,
         max_delay_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         jitter: Callable[[], float] = random.random,
         max_concurrency: int = 4,
+        limits: ProviderLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+        limits = limits or ProviderLimits()
         self.client = client
         self.engine = engine
-        self.max_attempts = max_attempts
+        self.limits = limits
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
         self.sleep = sleep
         self.jitter = jitter
+        self.clock = clock
         self.max_concurrency = max_concurrency
+        self.breaker = _Breaker(limits, clock)
+        self._secrets = tuple(s for s in (getattr(client, "api_key", None),) if isinstance(s, str))
 
-    def describe_one(self, image: VisionImage | tuple[bytes, str], feature: MllmFeature) -> str:
+    def describe_one(
+        self, image: VisionImage | tuple[bytes, str], feature: MllmFeature, budget_s: float | None = None
+    ) -> str:
         """The model's description of one image; raises VisionError on failure."""
         parts = [
             {"type": "text", "text": feature.prompt},
             {"type": "image_url", "image_url": {"url": data_url(image), "detail": feature.detail_mode}},
         ]
-        return self.complete(feature.model, [{"role": "user", "content": parts}], feature.llm_kwargs)
+        messages = [{"role": "user", "content": parts}]
+        return self.complete(feature.model, messages, feature.llm_kwargs, budget_s)
 
-    def fuse(self, system: str, user: str, model: str, llm_kwargs: dict[str, Any]) -> str:
+    def fuse(
+        self, system: str, user: str, model: str, llm_kwargs: dict[str, Any], budget_s: float | None = None
+    ) -> str:
         """A text-only chat completion (used to fuse a VLM description with OCR text)."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return self.complete(model, messages, llm_kwargs)
+        return self.complete(model, messages, llm_kwargs, budget_s)
 
-    def complete(self, model: str, messages: list[dict[str, Any]], llm_kwargs: dict[str, Any]) -> str:
-        """The reply text, retrying 429/5xx/timeouts/connection errors; VisionError once exhausted."""
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        llm_kwargs: dict[str, Any],
+        budget_s: float | None = None,
+    ) -> str:
+        """The reply text, retrying 429/5xx/timeouts/connection errors within `budget_s` (default: the
+        per-image budget) and the run's budget; VisionError once exhausted or the breaker is open."""
+
+        deadline = min(
+            self.clock() + (self.limits.image_budget_s if budget_s is None else budget_s),
+            self.breaker.deadline(),
+        )
+        last_error, reason = "no attempt made", "time budget"
+        for attempt in range(self.limits.max_attempts):
+            self.breaker.check()
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                break
+            self.breaker.attempt_started()
+            try:
+                outcome = self._attempt(model, messages, llm_kwargs, min(self.limits.timeout_s, remaining))
+            finally:
+                self.breaker.attempt_ended()
+            if isinstance(outcome, str):
+                self.breaker.succeeded()
+                return outcome
+            if outcome.counts:
+                self.breaker.failed(outcome.reason)
+            reason, last_error = outcome.reason, outcome.message
+            if not outcome.retriable:
+                raise VisionError(f"{model}: {last_error}", reason)
+            if attempt + 1 < self.limits.max_attempts:
+                pause = self._backoff_s(attempt, outcome.retry_after_s)
+                if self.clock() + pause >= deadline:
+                    break  # the budget would run out while waiting: give up now
+                self.sleep(pause)
+        else:
+            raise VisionError(
+                f"{model}: gave up after {self.limits.max_attempts} attempts: {last_error}", reason
+            )
+        raise VisionError(f"{model}: time budget spent ({reason}; last: {last_error})", reason)
+
+    def _attempt(
+        self, model: str, messages: list[dict[str, Any]], llm_kwargs: dict[str, Any], timeout_s: float
+    ) -> str | _Failure:
+        """One HTTP attempt: the reply text or what went wrong, redacted.
+
+        Failures are returned, not raised from the `except` blocks: an exception raised there would
+        carry the provider's unredacted exception as its `__context__` into Dagster's error records.
+        """
         import openai
 
-        last_error: Exception | None = None
-        for attempt in range(self.max_attempts):
-            try:
-                response = self.client.chat.completions.create(model=model, messages=messages, **llm_kwargs)
-            except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-                last_error, delay = exc, None
-            except openai.APIStatusError as exc:
-                if exc.status_code not in RETRIABLE_STATUS and exc.status_code < 500:
-                    raise VisionError(f"{model}: {exc.message}") from exc
-                last_error, delay = exc, _retry_after_s(exc.response.headers)
-            except (openai.OpenAIError, ValueError) as exc:  # a body that is not JSON / not a completion
-                raise VisionError(f"{model}: malformed reply: {exc}") from exc
-            else:
-                return _reply_text(model, response)
-            if attempt + 1 < self.max_attempts:
-                self.sleep(self._backoff_s(attempt, delay))
-        raise VisionError(f"{model}: gave up after {self.max_attempts} attempts: {_error_text(last_error)}")
+        try:
+            response = self.client.chat.completions.create(
+                model=model, messages=messages, **llm_kwargs, timeout=timeout_s
+            )
+            text = _reply_text(model, response)
+        except openai.APITimeoutError:
+            return _Failure("timeout", f"no reply within {timeout_s:.1f}s", retriable=True)
+        except openai.APIConnectionError as exc:
+            return _Failure("connection error", self._redact(f"{type(exc).__name__}: {exc}"), retriable=True)
+        except openai.APIStatusError as exc:
+            code = exc.status_code
+            retriable = code in RETRIABLE_STATUS or code >= 500
+            return _Failure(
+                f"http {code}",
+                self._redact(exc.message),
+                retriable=retriable,
+                retry_after_s=_retry_after_s(exc.response.headers) if retriable else None,
+                counts=code not in REQUEST_SPECIFIC_STATUS,
+            )
+        except (openai.OpenAIError, ValueError) as exc:  # a body that is not JSON / not a completion
+            return _Failure("malformed reply", self._redact(f"malformed reply: {exc}"), counts=False)
+        except VisionError as exc:  # no choices, an empty reply or a refusal
+            return _Failure(
+                "malformed reply", self._redact(str(exc).removeprefix(f"{model}: ")), counts=False
+            )
+        return self._redact(text)
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
 
     def _backoff_s(self, attempt: int, retry_after_s: float | None) -> float:
         if retry_after_s is not None:
@@ -143,15 +291,7 @@ def _retry_after_s(headers: Any) -> float | None:
         return max(0.0, when.timestamp() - time.time()) if when else None
 
 
-def _error_text(exc: Exception | None) -> str:
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        return exc.message
-    return f"{type(exc).__name__}: {exc}"
-
-
-def vision_client_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> VisionClient | None:
+def vision_client_from_env(limits: ProviderLimits | None = None) -> VisionClient | None:
     """The configured endpoint, or None (offline) when no OpenAI/Azure variables are set.
 
     Azure OpenAI: AZURE_OPENAI_ENDPOINT + AZURE_OPENAI_API_KEY (+ OPENAI_API_VERSION); the model
@@ -168,14 +308,13 @@ def vision_client_from_env(timeout_s: float = DEFAULT_TIMEOUT_S) -> VisionClient
             api_key=azure_key,
             api_version=os.environ.get("OPENAI_API_VERSION") or "2024-10-21",
             max_retries=0,
-            timeout=timeout_s,
         )
-        return VisionClient(client, engine=f"azure:{azure_endpoint.rstrip('/')}")
+        return VisionClient(client, engine=f"azure:{azure_endpoint.rstrip('/')}", limits=limits)
     api_key = os.environ.get("OPENAI_API_KEY")
     base_url = os.environ.get("OPENAI_BASE_URL")
     if not (api_key or base_url):
         return None
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout_s)
-    return VisionClient(client, engine=f"openai:{str(client.base_url).rstrip('/')}")
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0)
+    return VisionClient(client, engine=f"openai:{str(client.base_url).rstrip('/')}", limits=limits)

@@ -147,7 +147,9 @@ def relevant_context(
 ) -> tuple[list[Hit], dict[str, float]]:
     """The hits worth showing the answerer: relevance filter, at most N documents, token budget."""
     answer = config.answer
-    similarity = vector_store(config.embedding.model).similarities(question_vector, [h.chunk_id for h in hits])
+    similarity = vector_store(config.embedding.model).similarities(
+        question_vector, [h.chunk_id for h in hits]
+    )
     kept: list[Hit] = []
     documents: list[str] = []
     budget = answer.context_token_budget
@@ -375,7 +377,9 @@ def ask(
     hits = search_queries(queries, k, config=config)
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
     context, _ = relevant_context(question_vector, hits, config)
-    client = client or (vision_client_from_env() if settings.use_llm else None)
+    client = client or (
+        vision_client_from_env(config.media_enrichment.provider) if settings.use_llm else None
+    )
 
     located: list[tuple[Hit, Match]] = []
     method: Literal["llm", "extractive"] = "extractive"

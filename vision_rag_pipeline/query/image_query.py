@@ -49,8 +49,6 @@ def query_image(image: str | Path | bytes, name: str = "query-image") -> Documen
     return DocumentImage(url=f"query:{label}", name=label, mime=mime, data=data)
 
 
-
-
 def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> str:
     """The text to search for: the image's type, keywords and Meta-Content body (no [Source] line)."""
     config = config or load_config()
@@ -62,7 +60,7 @@ def describe_query_image(image: str | Path | bytes, config: RagConfig | None = N
         config,
         cache=None,
         document_name=QUERY_DOCUMENT,
-        vision=vision_client_from_env(),
+        vision=vision_client_from_env(config.media_enrichment.provider),
     )
     result = batch.results[picture.sha256]
     fields = parse_meta_content(result.meta_content)
