@@ -16,6 +16,8 @@ from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
+VISION_POOL = "vision_model"  # enrichment steps share it: bounds simultaneous vision-model calls
+
 
 def _with_bytes(images: list[ExtractedImage], index_db: IndexDatabase) -> list[DocumentImage]:
     data = index_db.image_store().get_many(image.sha256 for image in images)
@@ -57,7 +59,7 @@ def image_verdicts(
     # Kinds are fixed when the code location loads: "openai" only when an endpoint is configured then
     # (each run reads the environment itself; the metadata's `engine` says what really computed it).
     kinds={"python", "tesseract"} | ({"openai"} if vision_client_from_env() else set()),
-    pool="vision_model",
+    pool=VISION_POOL,
     description="For VISION images: preprocessing, OCR, vision-LLM description when an endpoint is "
     "configured, fused into a Meta-Content chunk; served from the enrichment cache when the key matches.",
 )

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import dagster_home, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
@@ -121,7 +122,30 @@ def dagster_instance() -> dg.DagsterInstance:
     home = dagster_home()
     os.environ["DAGSTER_HOME"] = str(home)
     write_local_instance_config(home)
-    return dg.DagsterInstance.get()
+    instance = dg.DagsterInstance.get()
+    _ensure_vision_pool(instance)
+    return instance
+
+
+def _ensure_vision_pool(instance: dg.DagsterInstance, attempts: int = 5) -> None:
+    """Create the `vision_model` pool's row before any run claims a slot.
+
+    Dagster creates it on a step's first claim; on a Postgres instance two processes doing that at once
+    fail one of them (its insert's unique violation aborts the transaction the rest of the claim runs
+    in). Made up front, a lost race is simply retried and then finds the row.
+    """
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits or instance.global_op_concurrency_default_limit is None:
+        return
+    for attempt in range(attempts):
+        if VISION_POOL in storage.get_concurrency_keys():
+            return
+        try:
+            storage.initialize_concurrency_limit_to_default(VISION_POOL)
+        except Exception:  # the other process won the race: its row is found on the next pass
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def write_local_instance_config(home: Path) -> None:
