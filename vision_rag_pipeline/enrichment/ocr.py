@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 8
+OCR_REVISION = 9
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -61,15 +61,14 @@ REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
 REREAD_MAX_SCALE = 4.0
 DOT_INK_LEVEL = 160  # of 255 on the ink page: a blurred point is grey, not black
-# a dot above a point at most this much paler makes a colon with it; a paler one is a smudge
-RAISED_DOT_LEVELS = 60
 REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey fringe of a bar is not ink
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
-_LOOSE_DECIMAL_COMMA = re.compile(r"(\d),(\d{1,2})(?!\d)")
+_MARK_BETWEEN_DIGITS = re.compile(r"(?<=\d)[^\d\s](?=\d)")
+_UNIT_SIGN = re.compile(r"^[%‰$€£¥]$")  # a sign read as a word of its own: "12,5 %"
 _NUMBER = re.compile(r"^[$€£]?\d[\d.,:]*\d[%xX]?[.,:;]?$")  # two digits at least
-_PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?)[.,:;]?$")
+_PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?|[%‰$€£¥])[.,:;]?$")
 
 
 class OcrError(RuntimeError):
@@ -244,7 +243,9 @@ def _parse_tsv(tsv: str) -> list[_Line]:
         conf = float(cells[10])
         unscored = conf == 0 and bool(_PLAIN_WORD.match(text))
         doubtful = conf < WORD_MIN_CONFIDENCE and not unscored and bool(_NUMBER.match(text))
-        if not text or (conf < WORD_MIN_CONFIDENCE and not (unscored or doubtful)) or not _TOKEN.search(text):
+        if not text or (conf < WORD_MIN_CONFIDENCE and not (unscored or doubtful)):
+            continue
+        if not _TOKEN.search(text) and not _UNIT_SIGN.match(text):
             continue
         word = _Word(text, MEDIUM_CONFIDENCE if unscored else conf, *(int(c) for c in cells[6:10]))
         key = (cells[2], cells[3], cells[4])
@@ -395,33 +396,38 @@ def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
 
 
-def _separators(text: str) -> int:
-    """Decimal points and thousands commas between digits: what small print loses first.
+def _marks(text: str) -> list[str]:
+    """The marks between digits ("1.234,56" -> [".", ","]): separators, whatever the locale."""
+    return _MARK_BETWEEN_DIGITS.findall(text)
 
-    A comma before one or two digits ("81,8") is a misread point and does not count.
+
+def _adds_marks_only(old: str, new: str) -> bool:
+    """`new` is `old` with marks put between its digits, nothing else changed: "746" -> "74.6".
+
+    A mark the first reading had is never rewritten or dropped: "12,5" is not "12.5" and "10:30"
+    not "10.30". Which mark a locale uses is the page's business, not ours.
     """
-    return len(re.findall(r"(?<=\d)(?:\.(?=\d)|,(?=\d{3}(?!\d)))", text))
+    inserted = iter(new)
+    return (
+        _MARK_BETWEEN_DIGITS.sub("", new) == _MARK_BETWEEN_DIGITS.sub("", old)
+        and all(char in inserted for char in old)
+        and len(_marks(new)) > len(_marks(old))
+    )
 
 
 def _surest_number(old: _Word, rereadings: list[tuple[str, float]]) -> tuple[str, float] | None:
     """The re-reading that should replace `old`, if any.
 
-    Same digits: the one that restores the most separators ("74.6" for "746"), never one that
-    drops a separator the first reading had. Other digits: only one that is much surer.
+    One that only restores marks the first reading lost ("74.6" for "746"), the most restored
+    first. Other digits: only one much surer that keeps the first reading's marks as they were.
     """
-    restored = [
-        (text, conf)
-        for text, conf in rereadings
-        if _digits(text) == _digits(old.text) and _separators(text) > _separators(old.text)
-    ]
+    restored = [(text, conf) for text, conf in rereadings if _adds_marks_only(old.text, text)]
     if restored:
-        return max(restored, key=lambda reading: (_separators(reading[0]), reading[1]))
+        return max(restored, key=lambda reading: (len(_marks(reading[0])), reading[1]))
     surer = [
         (text, conf)
         for text, conf in rereadings
-        if _digits(text) != _digits(old.text)
-        and conf > old.conf + 10
-        and _separators(text) >= _separators(old.text)
+        if _digits(text) != _digits(old.text) and conf > old.conf + 10 and _marks(text) == _marks(old.text)
     ]
     return max(surer, key=lambda reading: reading[1]) if surer else None
 
@@ -432,31 +438,18 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     Blur and JPEG turn a point into a faint blob that Tesseract reads past ("745" for 74.5) even
     enlarged. On the page it is still there: a blob far smaller than a digit, on the baseline, in
     the gap between two digits (a comma reaches below the baseline). Only a word whose every
-    digit is a separate blob is trusted; None when the shape says nothing.
-
-    A colon or semicolon between digits ("70:9", "4;374") is checked the same way: a blurred point
-    or comma with a smudge above it reads as one. With a single mark on the baseline there and
-    nothing above it as dark, it was a point or a comma, as its shape says.
+    digit is a separate blob is trusted; None when the shape says nothing, and None when anything
+    sits above the mark: a colon ("10:30") is not ours to turn into a point.
     """
     prefix = len(word.text) - len(word.text.lstrip("$€£"))
     digits = word.text[prefix:].rstrip("%xXMK.,;:")  # a trailing mark is not between digits
-    misread = next((i for i, c in enumerate(digits) if c in ":;"), -1)
-    if 0 < misread < len(digits) - 1 and sum(c in ":;" for c in digits) == 1:
-        digits = digits[:misread] + digits[misread + 1 :]
-        word = replace(word, text=word.text[: prefix + misread] + word.text[prefix + misread + 1 :])
-    else:
-        misread = -1
     if not digits.isdigit() or len(digits) < 2:
         return None
     box = np.asarray(
         page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
     )
     labels, _ = ndimage.label(box < DOT_INK_LEVEL, structure=np.ones((3, 3)))
-    objects = ndimage.find_objects(labels)
-    blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in objects]
-    darkest = [
-        int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
-    ]
+    blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in ndimage.find_objects(labels)]
     # digits are tall and narrow: a wide blob is the edge of the bar under a label, not a glyph
     narrow = [b for b in blobs if b[1] - b[0] <= 1.2 * (b[3] - b[2])]
     # the digits' height, not the word box's: a chart's line or marker can stretch the box
@@ -468,9 +461,9 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
     if any(glyphs[i][1] > glyphs[i + 1][0] + 1 for i in range(len(glyphs) - 1)):
         return None  # touching digits: the gaps cannot be trusted
     baseline = float(np.median([g[3] for g in glyphs]))
-    marks: list[tuple[int, str, int, int, int]] = []  # gap, mark, darkest level, top, bottom
-    raised: dict[int, list[tuple[int, int]]] = {}  # gap -> (darkest level, bottom) of dots above the baseline
-    for (left, right, top, bottom), level in zip(blobs, darkest, strict=True):
+    marks: list[tuple[int, str]] = []  # gap, mark
+    raised: set[int] = set()  # gaps with a dot above the baseline
+    for left, right, top, bottom in blobs:
         small = right - left <= 0.3 * height and bottom - top <= 0.45 * height
         low = top >= baseline - 0.35 * height and bottom >= baseline - 0.1 * height
         gap = next(
@@ -483,20 +476,12 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
         )
         if small and gap is not None and (right - left) * (bottom - top) >= 4:
             if not low:
-                raised.setdefault(gap, []).append((level, bottom))
+                raised.add(gap)
                 continue
-            comma = bottom > baseline + 0.12 * height and len(digits) - gap - 1 == 3  # "1,611", never "81,8"
-            marks.append((gap, "," if comma else ".", level, top, bottom))
-    if len(marks) != 1:
+            marks.append((gap, "," if bottom > baseline + 0.12 * height else "."))
+    if len(marks) != 1 or marks[0][0] in raised:
         return None
-    gap, mark, level, top, bottom = marks[0]
-    # a colon's upper dot is as dark as the lower one and stands apart from it; a smudge is paler or touches
-    colon_dot = any(
-        dot_level <= level + RAISED_DOT_LEVELS and dot_bottom <= top - (bottom - top) / 2
-        for dot_level, dot_bottom in raised.get(gap, [])
-    )
-    if misread >= 0 and (gap != misread - 1 or colon_dot):
-        return None  # no mark where the colon was, or a real colon
+    gap, mark = marks[0]
     if any(glyphs[i + 1][0] - glyphs[i][1] > 0.4 * height for i in range(len(glyphs) - 1) if i != gap):
         return None  # a wide gap elsewhere: two numbers read as one word
     return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
@@ -524,14 +509,8 @@ def _read_sheet(
         for slot, (start, end) in enumerate(spans):
             if start - gap / 2 <= middle < end + gap / 2:
                 found.setdefault(slot, []).extend(line.words)
-    # enlarged, a blurred point often reads as a comma; a comma before one or two digits is a point
     return {
-        slot: (
-            _LOOSE_DECIMAL_COMMA.sub(
-                r"\1.\2", joiner.join(w.text for w in sorted(words, key=lambda w: w.left))
-            ),
-            min(w.conf for w in words),
-        )
+        slot: (joiner.join(w.text for w in sorted(words, key=lambda w: w.left)), min(w.conf for w in words))
         for slot, words in found.items()
     }
 
@@ -603,7 +582,7 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
                     or (conf >= HIGH_CONFIDENCE and _NUMBER.match(text))
                 ]
                 if agreeing:
-                    text, conf = max(agreeing, key=lambda reading: (_separators(reading[0]), reading[1]))
+                    text, conf = max(agreeing, key=lambda reading: reading[1])
                     line.words[index] = replace(old, text=text, conf=conf)
                 continue
             surest = _surest_number(old, rereadings)
