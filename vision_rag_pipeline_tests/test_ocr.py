@@ -186,10 +186,24 @@ def test_a_faint_separator_tesseract_read_past_is_restored_from_its_shape(drawn:
 
 def test_a_colon_is_never_taken_for_a_lost_point() -> None:
     colon, box = _number_page("10:30", blur=1.2)
-    assert (
-        ocr._with_lost_separator(colon, ocr._Word("1030", box.conf, box.left, box.top, box.width, box.height))
-        is None
-    )
+    for read_as in ("1030", "10:30"):
+        word = ocr._Word(read_as, box.conf, box.left, box.top, box.width, box.height)
+        assert ocr._with_lost_separator(colon, word) is None
+
+
+def test_a_blurred_point_read_as_a_colon_is_a_point_when_nothing_sits_above_it() -> None:
+    point, box = _number_page("70.9", blur=1.2)
+    word = ocr._Word("70:9", box.conf, box.left, box.top, box.width, box.height)
+    assert ocr._with_lost_separator(point, word) == "70.9"
+    assert ocr._with_lost_separator(point, word, decimal=",") == "70,9", "a German page writes it its way"
+
+
+def test_a_restored_decimal_mark_is_written_the_way_the_page_language_writes_it() -> None:
+    lost = ocr._Word("746", 90.0, 0, 0, 60, 20)
+    assert ocr._surest_number(lost, [("74,6", 80.0)], decimal=".") == ("74.6", 80.0)
+    assert ocr._surest_number(lost, [("74.6", 80.0)], decimal=",") == ("74,6", 80.0)
+    assert ocr._surest_number(ocr._Word("33773", 90.0, 0, 0, 60, 20), [("33,773", 80.0)]) == ("33,773", 80.0)
+    assert ocr.decimal_mark(["deu", "eng"]) == "," and ocr.decimal_mark(["eng", "deu"]) == "."
 
 
 def test_a_lost_point_is_found_when_the_label_sits_on_a_bar() -> None:

@@ -66,6 +66,39 @@ REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey frin
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
 _MARK_BETWEEN_DIGITS = re.compile(r"(?<=\d)[^\d\s](?=\d)")
+# Tesseract languages whose numbers write a decimal comma ("12,5 %"); the rest write a point
+DECIMAL_COMMA_LANGUAGES = frozenset(
+    [
+        "deu",
+        "fra",
+        "spa",
+        "ita",
+        "nld",
+        "por",
+        "rus",
+        "ukr",
+        "pol",
+        "ces",
+        "slk",
+        "slv",
+        "hrv",
+        "srp",
+        "ron",
+        "hun",
+        "dan",
+        "swe",
+        "nor",
+        "fin",
+        "est",
+        "lav",
+        "lit",
+        "tur",
+        "ell",
+        "bul",
+        "ind",
+        "vie",
+    ]
+)
 _UNIT_SIGN = re.compile(r"^[%‰$€£¥]$")  # a sign read as a word of its own: "12,5 %"
 _NUMBER = re.compile(r"^[$€£]?\d[\d.,:]*\d[%xX]?[.,:;]?$")  # two digits at least
 _PLAIN_WORD = re.compile(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{3,}|[$€£]?\d+(?:[.,]\d+)*%?|[%‰$€£¥])[.,:;]?$")
@@ -415,15 +448,43 @@ def _adds_marks_only(old: str, new: str) -> bool:
     )
 
 
-def _surest_number(old: _Word, rereadings: list[tuple[str, float]]) -> tuple[str, float] | None:
+def decimal_mark(languages: list[str]) -> str:
+    """The decimal mark of the page's first OCR language: "," for German, French ..., else "."."""
+    return "," if languages and languages[0] in DECIMAL_COMMA_LANGUAGES else "."
+
+
+def _localized(old: str, new: str, decimal: str) -> str:
+    """`new` with each mark it put between `old`'s digits written the locale's way: one before
+    one or two final digits is a decimal mark ("74,6" -> "74.6" in English); the marks `old`
+    had stay as they were."""
+    out, kept = [], iter(old)
+    pending = next(kept, None)
+    for index, char in enumerate(new):
+        if char == pending:
+            out.append(char)
+            pending = next(kept, None)
+            continue
+        after = re.match(r"\d+", new[index + 1 :])
+        decimal_place = (
+            after is not None and len(after.group()) <= 2 and not new[index + 1 + after.end() :][:1].isdigit()
+        )
+        out.append(decimal if char in ".," and decimal_place else char)
+    return "".join(out)
+
+
+def _surest_number(
+    old: _Word, rereadings: list[tuple[str, float]], decimal: str = "."
+) -> tuple[str, float] | None:
     """The re-reading that should replace `old`, if any.
 
     One that only restores marks the first reading lost ("74.6" for "746"), the most restored
-    first. Other digits: only one much surer that keeps the first reading's marks as they were.
+    first, those marks written the locale's way (`_localized`). Other digits: only one much
+    surer that keeps the first reading's marks as they were.
     """
     restored = [(text, conf) for text, conf in rereadings if _adds_marks_only(old.text, text)]
     if restored:
-        return max(restored, key=lambda reading: (len(_marks(reading[0])), reading[1]))
+        text, conf = max(restored, key=lambda reading: (len(_marks(reading[0])), reading[1]))
+        return _localized(old.text, text, decimal), conf
     surer = [
         (text, conf)
         for text, conf in rereadings
@@ -432,17 +493,28 @@ def _surest_number(old: _Word, rereadings: list[tuple[str, float]]) -> tuple[str
     return max(surer, key=lambda reading: reading[1]) if surer else None
 
 
-def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
+def _with_lost_separator(page: Image.Image, word: _Word, decimal: str = ".") -> str | None:
     """The number with the decimal point or thousands comma Tesseract dropped, found by shape.
 
     Blur and JPEG turn a point into a faint blob that Tesseract reads past ("745" for 74.5) even
     enlarged. On the page it is still there: a blob far smaller than a digit, on the baseline, in
     the gap between two digits (a comma reaches below the baseline). Only a word whose every
-    digit is a separate blob is trusted; None when the shape says nothing, and None when anything
-    sits above the mark: a colon ("10:30") is not ours to turn into a point.
+    digit is a separate blob is trusted; None when the shape says nothing. A mark before one or
+    two final digits is the locale's decimal mark; before three, a comma when it reaches below the
+    baseline.
+
+    A colon or semicolon Tesseract read between digits ("70:9") is checked the same way: when the
+    page shows a single mark on the baseline there and nothing at all above it, a blurred point
+    was read as a colon. Anything above it (a real colon: "10:30", "3:2") leaves it as read.
     """
     prefix = len(word.text) - len(word.text.lstrip("$€£"))
     digits = word.text[prefix:].rstrip("%xXMK.,;:")  # a trailing mark is not between digits
+    misread = next((i for i, c in enumerate(digits) if c in ":;"), -1)
+    if 0 < misread < len(digits) - 1 and sum(c in ":;" for c in digits) == 1:
+        digits = digits[:misread] + digits[misread + 1 :]
+        word = replace(word, text=word.text[: prefix + misread] + word.text[prefix + misread + 1 :])
+    else:
+        misread = -1
     if not digits.isdigit() or len(digits) < 2:
         return None
     box = np.asarray(
@@ -478,10 +550,13 @@ def _with_lost_separator(page: Image.Image, word: _Word) -> str | None:
             if not low:
                 raised.add(gap)
                 continue
-            marks.append((gap, "," if bottom > baseline + 0.12 * height else "."))
+            thousands = len(digits) - gap - 1 == 3
+            marks.append((gap, ("," if bottom > baseline + 0.12 * height else ".") if thousands else decimal))
     if len(marks) != 1 or marks[0][0] in raised:
         return None
     gap, mark = marks[0]
+    if misread >= 0 and gap != misread - 1:
+        return None  # no mark where the colon was
     if any(glyphs[i + 1][0] - glyphs[i][1] > 0.4 * height for i in range(len(glyphs) - 1) if i != gap):
         return None  # a wide gap elsewhere: two numbers read as one word
     return word.text[: prefix + gap + 1] + mark + word.text[prefix + gap + 1 :]
@@ -550,8 +625,10 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
     often than any letter ("746" for 74.6, "86:8" for 86.8). A word box holding only that number,
     enlarged so digits are 40 px tall, is read reliably: once as it is, once with grey smudges
     (a bar's fringe) cleared, since either can hide a faint point. A re-reading replaces the first
-    reading only by `_surest_number`'s rules.
+    reading only by `_surest_number`'s rules; a mark they put back is written the way the page's
+    language writes it.
     """
+    decimal = decimal_mark(languages)
     seen: dict[tuple[int, int, int, int], list[tuple[_Line, int]]] = {}
     for reading in passes:
         if reading.rotation != 0:
@@ -585,8 +662,8 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
                     text, conf = max(agreeing, key=lambda reading: reading[1])
                     line.words[index] = replace(old, text=text, conf=conf)
                 continue
-            surest = _surest_number(old, rereadings)
-            if surest is None and (shaped := _with_lost_separator(page, old)):
+            surest = _surest_number(old, rereadings, decimal)
+            if surest is None and (shaped := _with_lost_separator(page, old, decimal)):
                 surest = (shaped, old.conf)  # the shape is the last resort: Tesseract's readings come first
             if surest:
                 line.words[index] = replace(old, text=surest[0], conf=max(surest[1], old.conf))
