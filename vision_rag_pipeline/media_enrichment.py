@@ -25,8 +25,6 @@ from vision_rag_pipeline.enrichment.vlm import VisionClient, vision_client_from_
 MAX_IMAGES_PER_REQUEST = 10
 
 
-
-
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for name, value in override.items():
