@@ -37,7 +37,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_retrieval import contains_fact, hit_dict, ingest, stop_embedded_postgres  # noqa: E402
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+# ../shared/corpus beside the checkout (or beside any folder above it, for a worktree)
+DEFAULT_CORPUS = next(
+    (
+        folder / "shared" / "corpus"
+        for folder in Path(__file__).resolve().parents
+        if (folder / "shared" / "corpus").is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "corpus",
+)
 TEXT_QUESTIONS = Path(__file__).resolve().parent / "real_text_questions.json"
 EVIDENCE_TYPES = {
     "Chart": "chart",
