@@ -43,7 +43,7 @@ PINNED_CONFIG = {
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-3e9389ca55a70c9fd3aebdb32137fb650b684b35d7d8314dc46acd671d1966de"
+PINNED_KEY = "intranet-2024-07-22-ab68420cc78d59d0ee9e42a687a2ba237521fddbae79445b4887bfb8c8a0b399"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -345,25 +345,25 @@ def test_unsure_ocr_never_outranks_the_page_text_unless_asked_not_to(pg_url: str
     source = {"source": "/archive/handbook.pdf", "title": "Maintenance handbook"}
     ocr = {"ocr_confidence": "Low", "fusion": "rule", "image_type": "Photo"}
     question = "torque wrench calibration interval"
+    rows = [
+        ("image", "Torque wrench calibration interval ry) 4 Car te Figur ALWe torque wrench calibration", 2),
+        (
+            "text",
+            "Calibrate each torque wrench every 12 months or after 5,000 cycles, whichever comes first.",
+            3,
+        ),
+    ]
     chunks = [
         Chunk(
-            chunk_id=f"{document}:00000",
+            chunk_id=f"{document}:{index:05d}",
             document_id=document,
-            index=0,
-            kind="image",
-            text="Torque wrench calibration interval ry) 4 Car te Figur ALWe torque wrench calibration",
-            page=2,
-            metadata=source | ocr,
-        ),
-        Chunk(
-            chunk_id=f"{document}:00001",
-            document_id=document,
-            index=1,
-            kind="text",
-            text="Calibrate each torque wrench every 12 months or after 5,000 cycles, whichever comes first.",
-            page=3,
-            metadata=source,
-        ),
+            index=index,
+            kind=kind,
+            text=text,
+            page=page,
+            metadata=source | (ocr if kind == "image" else {}),
+        )
+        for index, (kind, text, page) in enumerate(rows)
     ]
     index_chunks(chunks)
     hits = search(question, k=2, document_ids=[document])
