@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION or LANGUAGE_REVISION,
 # as it must).
-PINNED_KEY = "intranet-2024-07-22-c7cbf6f4bbc8746f37bb556ff70ba7ecf076fda280c8991cb57b84a84b7dff85"
+PINNED_KEY = "intranet-2024-07-22-e9050e044588d2deb5cf05df1c35ca5c6d36bee3fdfecf1f7363819d46626a91"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -165,19 +165,18 @@ class RetrievalConfig(_Strict):
     candidates: int = Field(50, gt=0)
     ef_search: int = Field(100, gt=0)
     image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
-    # Re-order the best `identifier_rerank_depth` fused hits by how many of the query's names,
-    # quarters (Q1-Q4) and years they contain (0 turns it off): dense search alone ranks the
-    # same report for another quarter or company about as high as the right one. Within a tie, a
-    # question asking for a share ("what percentage of ...") puts hits stating a percentage first.
-    identifier_rerank_depth: int = Field(20, ge=0)
-    # Re-score the best `content_rerank_depth` fused hits (0 turns it off; hybrid and vector modes)
-    # by the cosine between the query stripped of its identifiers and each chunk's stored vector,
-    # mixed with the fused score: (1 - content_weight) x fused + content_weight x cosine, both
-    # min-max normalized over those hits. The excerpts of one report share its title, caption and
-    # quarter, so the whole query scores them alike; what the question asks about separates them.
-    # The identifier re-order runs after it: the right company and quarter stay ahead.
-    content_rerank_depth: int = Field(20, ge=0)
+    # Re-score the best `rerank_depth` fused hits (0 turns it off) with two general signals:
+    # how exactly each contains the query (its terms and numbers, weighted by how few of those
+    # hits share them, and its word pairs verbatim) and, in hybrid and vector modes, the cosine
+    # between each hit and what the question asks (the query minus the terms most hits share).
+    # Score: (1 - content_weight) x fused + content_weight x cosine + match_weight x matches,
+    # each min-max normalized over those hits.
+    rerank_depth: int = Field(20, ge=0)
     content_weight: float = Field(0.5, ge=0.0, le=1.0)
+    match_weight: float = Field(1.0, ge=0.0)
+    # Within those hits, image chunks of Low-confidence OCR (no vision model) come after every
+    # other hit: on real PDFs their misreads ("ry) 4 Car te Figur ALWe.") outranked the page text.
+    low_confidence_ocr_last: bool = True
 
 
 class AnswerConfig(_Strict):
