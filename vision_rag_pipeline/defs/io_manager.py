@@ -3,8 +3,8 @@
 The layout is that of Dagster's default filesystem IO manager (`<storage>/<asset key>/<partition>`),
 so values it stored stay loadable (a `reenrich` run loads raw_documents, extracted_images and
 image_verdicts from there). What it leaves out is its debug log lines: three per input and one per
-output, each a run event Dagster stores one SQLite write at a time (~40 of an ingest run's 160
-events). The path a value went to is still in the output's metadata.
+output, each a run event Dagster stores one SQLite write at a time (~40 events per ingest run).
+The path a value went to is still in the output's metadata.
 """
 
 from __future__ import annotations
