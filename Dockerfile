@@ -7,9 +7,11 @@ ENV PYTHONUNBUFFERED=1 \
     DAGSTER_HOME=/opt/dagster/dagster_home \
     VISION_RAG_HOME=/var/lib/vision_rag
 
-# OCR: Tesseract with English and simplified Chinese.
+# OCR: Tesseract with the common languages (media_enrichment.ocr.languages picks among them).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim \
+       tesseract-ocr-chi-tra tesseract-ocr-rus tesseract-ocr-ukr tesseract-ocr-deu tesseract-ocr-fra \
+       tesseract-ocr-spa tesseract-ocr-ita tesseract-ocr-por tesseract-ocr-jpn tesseract-ocr-kor \
     && rm -rf /var/lib/apt/lists/*
 
 # torch first, from the CPU wheel index, so sentence-transformers does not pull a CUDA build.
@@ -27,7 +29,7 @@ COPY vision_rag_pipeline ./vision_rag_pipeline
 RUN pip install --no-deps . && rm -rf build
 
 COPY workspace-docker.yaml ./
-COPY dagster.yaml ${DAGSTER_HOME}/dagster.yaml
+COPY docker/dagster.yaml ${DAGSTER_HOME}/dagster.yaml
 
 # Named volumes mounted on these directories start with this ownership.
 RUN useradd --create-home --uid 1000 dagster \

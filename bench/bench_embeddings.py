@@ -1,9 +1,9 @@
 """Chunk embedding speed and agreement per precision and batching, on the pipeline's real chunks.
 
-    .venv/bin/python bench/bench_embeddings.py [--chunks DIR] [--docs 40]
+    .venv/bin/python bench/bench_embeddings.py [--home DIR] [--docs 40]
 
-Reads the `document_chunks` outputs a previous ingest left in Dagster storage (by default the
-one `bench/bench_ingest.py` writes), then encodes each document's chunks the way chunk_embeddings
+Reads the `document_chunks` values a previous ingest stored in the index database of a
+VISION_RAG_HOME (table asset_values; by default the home `bench/bench_ingest.py` writes), then encodes each document's chunks the way chunk_embeddings
 does, one call per document on one torch thread, with every variant in turn (interleaved, so
 load on the shared machine hits all alike). Variants: the encoder's precisions with
 sentence-transformers' fixed batches of 64 (the old behaviour) and with similar-length batches
@@ -31,11 +31,18 @@ MODEL = "all-MiniLM-L6-v2"
 FIXED_BATCH = 64
 
 
-def load_chunk_texts(storage: Path, limit: int) -> list[list[str]]:
-    files = sorted(p for p in storage.iterdir() if p.is_file())[:limit] if storage.is_dir() else []
-    if not files:
-        raise SystemExit(f"{storage}: no document_chunks outputs; run bench/bench_ingest.py first")
-    return [[chunk.text for chunk in pickle.loads(path.read_bytes())] for path in files]
+def load_chunk_texts(home: Path, limit: int) -> list[list[str]]:
+    os.environ["VISION_RAG_HOME"] = str(home)
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT value FROM asset_values WHERE asset_key = 'document_chunks' ORDER BY partition_key LIMIT %s",
+            (limit,),
+        ).fetchall()
+    if not rows:
+        raise SystemExit(f"{home}: no document_chunks values; run bench/bench_ingest.py first")
+    return [[chunk.text for chunk in pickle.loads(value)] for (value,) in rows]
 
 
 def padding_share(lengths: list[list[int]], batches_of) -> float:
@@ -55,15 +62,13 @@ def fixed_batches(lengths: list[int]) -> list[list[int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--chunks", type=Path, default=Path("/tmp/bench_ingest/home/dagster/storage/document_chunks")
-    )
+    parser.add_argument("--home", type=Path, default=Path("/tmp/bench_ingest/home"))
     parser.add_argument("--docs", type=int, default=40)
     args = parser.parse_args()
 
     import torch
 
-    docs = load_chunk_texts(args.chunks, args.docs)
+    docs = load_chunk_texts(args.home, args.docs)
     float_model = load_encoder(MODEL, "float32")
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated, still the offline option
         warnings.simplefilter("ignore")

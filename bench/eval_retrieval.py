@@ -31,8 +31,15 @@ def normalize(text: str) -> str:
 
 
 def contains_fact(text: str, fact: str) -> bool:
-    """The fact as a whole number: not preceded or followed by another digit or decimal part."""
-    pattern = r"(?<![\d.,])" + re.escape(normalize(fact)) + r"(?!\d|[.,]\d)"
+    """The fact as a whole number: not preceded or followed by another digit or decimal part.
+
+    A decimal comma (Russian "54,74": a comma before one or two final digits, never a thousands
+    separator) also matches the number written with a point, as OCR's number re-read writes it.
+    """
+    expected = re.escape(normalize(fact))
+    if re.search(r",\d{1,2}$", fact):
+        expected = expected.replace(",", "[.,]")
+    pattern = r"(?<![\d.,])" + expected + r"(?!\d|[.,]\d)"
     haystack = normalize(text)
     return bool(re.search(pattern, haystack) or re.search(pattern, haystack.replace(" ", "")))
 

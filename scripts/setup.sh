@@ -13,10 +13,20 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# Tesseract with English and simplified Chinese.
-if ! command -v tesseract >/dev/null || ! tesseract --list-langs 2>/dev/null | grep -qx chi_sim; then
-  echo "setup: installing tesseract-ocr" >&2
-  apt_install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim
+# Tesseract with the common OCR languages (media_enrichment.ocr.languages picks among them) and
+# fonts for the generated Chinese/Russian test pages; only what is missing is installed.
+OCR_LANGUAGES="eng chi_sim chi_tra rus ukr deu fra spa ita por jpn kor"
+missing=()
+command -v tesseract >/dev/null || missing+=(tesseract-ocr)
+have=$(tesseract --list-langs 2>/dev/null || true)
+for lang in $OCR_LANGUAGES; do
+  grep -qx "$lang" <<<"$have" || missing+=("tesseract-ocr-${lang//_/-}")
+done
+fc-list 2>/dev/null | grep -q NotoSansCJK || missing+=(fonts-noto-cjk)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  apt_install "${missing[@]}"
 fi
 
 # Headless Chromium for the UI test (marked `browser`; it skips without it).

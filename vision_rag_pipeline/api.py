@@ -1,8 +1,9 @@
 """The HTTP API of the reference architecture (`vision-rag serve`), documented at /docs and /openapi.json.
 
-- `POST /upload`: files into `$VISION_RAG_HOME/inbox` (the inbox sensor picks them up) and, so it
-  works without the Dagster daemon, ingested in a background thread too (one at a time; ingestion
-  is idempotent, so the sensor seeing the same file again only re-checks it); 204.
+- `POST /upload`: files into the inbox the sensor watches (`VISION_RAG_INBOX`, default
+  `$VISION_RAG_HOME/inbox`) and, so it works without the Dagster daemon, ingested in a background
+  thread too (one at a time; ingestion is idempotent, so the sensor seeing the same file again only
+  re-checks it); 204.
 - `POST /search`, `POST /chat`: hybrid search and cited answers for a `rag_config` and a query.
 - `POST /enrichment-services/media-enrichment`: the media-enrichment operation on up to 10 images.
 
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vision_rag_pipeline.core.config import ConfigError, RagConfig, home, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.documents.inbox import inbox_dir
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
@@ -40,7 +42,6 @@ MAX_UPLOAD_FILE_BYTES = 100 * 1024 * 1024
 MAX_UPLOAD_FILES = 20
 MAX_JSON_BODY_BYTES = 12 * MAX_IMAGE_BYTES  # ten base64 images of up to 20 MB each, plus slack
 MAX_QUERY_CHARS = 2000
-INBOX = "inbox"
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
 
 
@@ -211,7 +212,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         resolve_config(rag_config)
         if len(files) > MAX_UPLOAD_FILES:
             raise HTTPException(413, f"{len(files)} files, at most {MAX_UPLOAD_FILES} per upload")
-        inbox = home() / INBOX
+        inbox = inbox_dir()  # the folder the inbox sensor watches (VISION_RAG_INBOX moves both)
         inbox.mkdir(parents=True, exist_ok=True)
         saved = [_save_upload(upload, inbox) for upload in files]
         if ingestor is not None:

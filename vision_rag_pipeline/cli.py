@@ -61,6 +61,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
         )
+        if report.languages:
+            seen = sorted(report.languages.items(), key=lambda item: -item[1])
+            print("languages: " + ", ".join(f"{language} ({count} chunks)" for language, count in seen))
+        for warning in report.warnings:
+            print(f"WARNING {warning}", file=sys.stderr)
         for failure in report.failed:
             print(f"FAILED {failure.path}: {failure.error}", file=sys.stderr)
     return 1 if report.failed else 0
@@ -187,6 +192,26 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    """The embedded Postgres outlives every command (runs, the UI and the CLI share it): see or stop it."""
+    from vision_rag_pipeline.core.postgres import embedded_data_dir, running_embedded, stop_embedded
+
+    if os.environ.get("VISION_RAG_PG_URL"):
+        print("VISION_RAG_PG_URL is set: the index is in that Postgres, which vision-rag does not manage")
+        return 0
+    pgdata = embedded_data_dir()
+    if args.db_command == "stop":
+        stopped = stop_embedded(pgdata)
+        print(f"stopped embedded Postgres (pid {stopped.pid})" if stopped else f"not running ({pgdata})")
+        return 0
+    server = running_embedded(pgdata)
+    if server is None:
+        print(f"embedded Postgres not running (data in {pgdata}; the next command that needs it starts it)")
+        return 3
+    print(f"embedded Postgres running: pid {server.pid}, data in {pgdata}\n{server.url}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.core.config import home
     from vision_rag_pipeline.query import search
@@ -258,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     reindex.add_argument("--reembed", action="store_true", help="embed every chunk again")
     reindex.add_argument("--json", action="store_true")
     reindex.set_defaults(func=cmd_reindex)
+
+    db = sub.add_parser("db", help="the embedded Postgres: status (exit 3 when stopped) or stop")
+    db.add_argument("db_command", choices=("status", "stop"))
+    db.set_defaults(func=cmd_db)
 
     config = sub.add_parser("config", help="configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)

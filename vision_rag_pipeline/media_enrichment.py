@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
 from pydantic import ValidationError
 
 from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.sniff import image_mime
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -36,16 +35,6 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
             else value
         )
     return merged
-
-
-def _sniff_mime(data: bytes) -> str:
-    if b"<svg" in data[:2048].lower():
-        return "image/svg+xml"
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            return Image.MIME.get(img.format or "", "application/octet-stream")
-    except (OSError, ValueError):
-        return "application/octet-stream"
 
 
 def _request_image(index: int, item: Any) -> DocumentImage:
@@ -70,7 +59,7 @@ def _request_image(index: int, item: Any) -> DocumentImage:
     if len(data) > MAX_IMAGE_BYTES:
         raise ValueError(f"{label}: {len(data):,} bytes is over the 20 MB per-image limit")
     name = str(item.get("name") or f"image-{index + 1}")
-    return DocumentImage(url=f"request:{name}", name=name, mime=mime or _sniff_mime(data), data=data)
+    return DocumentImage(url=f"request:{name}", name=name, mime=mime or image_mime(data) or "application/octet-stream", data=data)
 
 
 def media_enrichment(

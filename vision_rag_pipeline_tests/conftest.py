@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import psycopg
 import pytest
@@ -54,3 +57,21 @@ def fresh_database(pg_url: str) -> str:
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     return make_conninfo(**(conninfo_to_dict(pg_url) | {"dbname": name}))
+
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def bench_module(name: str) -> ModuleType:
+    """A script of bench/ (not a package) imported as a module, once; bench/ goes on the path, so
+    the scripts import each other as they do when run."""
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(BENCH) not in sys.path:
+        sys.path.append(str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module

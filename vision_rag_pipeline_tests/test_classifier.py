@@ -12,7 +12,6 @@ from vision_rag_pipeline.core.config import ClassifierFeature
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.model import normalize_verdict
 
 needs_tesseract = pytest.mark.skipif(not ocr.available_languages(), reason="tesseract is not installed")
 
@@ -241,14 +240,3 @@ def test_the_classifier_is_deterministic() -> None:
     images = [_image(_bar_chart(), "a.png"), _image(_logo(), "logo.png"), _image(_photo(), "b.png")]
     first = classify_images(images, ClassifierFeature())
     assert classify_images(images, ClassifierFeature()) == first
-
-
-@pytest.mark.parametrize("name", ["GPT_VISION", "gpt_vision", " VISION ", "vision"])
-def test_the_reference_verdict_name_is_accepted(name: str) -> None:
-    assert normalize_verdict(name) == "VISION"
-    assert normalize_verdict("ignore") == "IGNORE"
-
-
-def test_unknown_verdict_names_are_refused() -> None:
-    with pytest.raises(ValueError, match="unknown verdict"):
-        normalize_verdict("MAYBE")

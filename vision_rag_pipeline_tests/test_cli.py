@@ -19,6 +19,8 @@ INGEST_KEYS = {
     "chunks",
     "failed",
     "seconds",
+    "languages",
+    "warnings",
 }
 HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image"}
 
@@ -47,6 +49,8 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     assert {f["path"] for f in report["failed"]} == {str(bad), str(missing)}
     assert all("\n" not in f["error"] and f["error"] for f in report["failed"])
     assert report["chunks"] > 0 and report["images"] > 0
+    assert set(report["languages"]) == {"en"}, "the samples are English"
+    assert report["warnings"] == [], "English documents and an English model: nothing to warn about"
     assert (
         report["images"] == report["images_ignored"] + report["images_enriched"] or report["images_enriched"]
     )

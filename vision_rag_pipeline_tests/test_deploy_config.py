@@ -1,7 +1,7 @@
 """The production stack's files agree with each other and with Dagster, without a Docker engine:
-docker-compose.yml, Dockerfile, .dockerignore, dagster.yaml, workspace.yaml and workspace-docker.yaml.
+docker-compose.yml, Dockerfile, .dockerignore, docker/dagster.yaml, workspace.yaml and workspace-docker.yaml.
 
-dagster.yaml is checked twice: by Dagster's own instance config schema, and by opening a real
+docker/dagster.yaml is checked twice: by Dagster's own instance config schema, and by opening a real
 Postgres-backed instance from it (on the embedded Postgres) and running a job through it.
 """
 
@@ -24,6 +24,7 @@ import yaml
 from dagster._core.instance.config import dagster_instance_config
 
 ROOT = Path(__file__).resolve().parents[1]
+PRODUCTION_YAML = "docker/dagster.yaml"
 DAGSTER_SERVICES = ("user_code", "webserver", "daemon")
 SERVICE_PORTS = {"postgres": 5432, "elasticsearch": 9200}
 _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?::?-(?P<default>[^}]*))?\}")
@@ -136,11 +137,11 @@ def test_postgres_credentials_and_databases_match_the_server(services: dict[str,
 def test_every_variable_dagster_yaml_reads_is_set_for_every_dagster_process(
     services: dict[str, Any], dockerfile: str
 ) -> None:
-    needed = env_vars_read(_load("dagster.yaml"))
+    needed = env_vars_read(_load(PRODUCTION_YAML))
     assert {"DAGSTER_PG_HOST", "DAGSTER_PG_PASSWORD"} <= needed
     home = re.search(r"DAGSTER_HOME=(\S+)", dockerfile)
     assert home, "the Dockerfile sets DAGSTER_HOME"
-    assert re.search(r"^COPY dagster.yaml \$\{?DAGSTER_HOME\}?/dagster.yaml$", dockerfile, re.M)
+    assert re.search(rf"^COPY {PRODUCTION_YAML} \$\{{?DAGSTER_HOME\}}?/dagster.yaml$", dockerfile, re.M)
     for name in DAGSTER_SERVICES:
         env = environment(services[name])
         assert needed <= set(env), f"{name} lacks {sorted(needed - set(env))}"
@@ -216,14 +217,14 @@ def test_dockerignore_keeps_everything_the_dockerfile_copies(dockerfile: str) ->
         if line.strip() and not line.startswith("#")
     ]
     sources = [s for line in re.findall(r"^COPY (.+)$", dockerfile, re.M) for s in line.split()[:-1]]
-    assert "dagster.yaml" in sources and "vision_rag_pipeline" in sources
+    assert PRODUCTION_YAML in sources and "vision_rag_pipeline" in sources
     for source in sources:
         assert (ROOT / source).exists(), f"COPY {source}: no such file"
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in ignored), f"{source} is ignored"
 
 
 def test_dagster_yaml_passes_dagsters_instance_config_schema(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    shutil.copy(ROOT / PRODUCTION_YAML, tmp_path / "dagster.yaml")
     config, custom_class = dagster_instance_config(str(tmp_path))
     assert custom_class is None
     postgres_db = config["storage"]["postgres"]["postgres_db"]
@@ -233,28 +234,36 @@ def test_dagster_yaml_passes_dagsters_instance_config_schema(tmp_path: Path) -> 
     assert config["run_retries"]["enabled"] is True and config["run_retries"]["max_retries"] == 2
     assert config["concurrency"]["pools"]["default_limit"] >= 1
     assert config["telemetry"] == {"enabled": False}
+    assert config["nux"] == {"enabled": False}  # no community pop-up over the production UI
+
+
+def production_instance_env(pg_url: str, database: str) -> dict[str, str]:
+    """The variables docker/dagster.yaml reads, naming `database` on the Postgres of `pg_url`
+    (libpq takes a socket directory from PGHOST when the URL has no host)."""
+    url = urlsplit(pg_url)
+    socket_dir = parse_qs(url.query).get("host", [None])[0]
+    return {
+        **({"PGHOST": socket_dir} if socket_dir else {}),
+        "DAGSTER_PG_HOST": "" if socket_dir else url.hostname or "",
+        "DAGSTER_PG_PORT": str(url.port or 5432),
+        "DAGSTER_PG_USERNAME": url.username or "",
+        "DAGSTER_PG_PASSWORD": url.password or "",
+        "DAGSTER_PG_DB": database,
+    }
 
 
 @pytest.fixture
 def production_instance(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[dg.DagsterInstance]:
-    """The instance dagster.yaml describes, on a fresh database of the session's Postgres."""
-    url = urlsplit(pg_url)
-    socket_dir = parse_qs(url.query).get("host", [None])[0]
+    """The instance docker/dagster.yaml describes, on a fresh database of the session's Postgres."""
     database = "vision_rag_deploy_check"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {database}")
-    # libpq takes a socket directory from PGHOST when the URL has no host.
-    if socket_dir:
-        monkeypatch.setenv("PGHOST", socket_dir)
-    monkeypatch.setenv("DAGSTER_PG_HOST", "" if socket_dir else url.hostname or "")
-    monkeypatch.setenv("DAGSTER_PG_PORT", str(url.port or 5432))
-    monkeypatch.setenv("DAGSTER_PG_USERNAME", url.username or "")
-    monkeypatch.setenv("DAGSTER_PG_PASSWORD", url.password or "")
-    monkeypatch.setenv("DAGSTER_PG_DB", database)
-    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    for name, value in production_instance_env(pg_url, database).items():
+        monkeypatch.setenv(name, value)
+    shutil.copy(ROOT / PRODUCTION_YAML, tmp_path / "dagster.yaml")
     instance = dg.DagsterInstance.from_config(str(tmp_path))
     try:
         yield instance

@@ -42,8 +42,9 @@ PINNED_CONFIG = {
     },
 }
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
-# (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-3e9389ca55a70c9fd3aebdb32137fb650b684b35d7d8314dc46acd671d1966de"
+# (a new enrichment setting legitimately changes it; so does a new OCR_REVISION or LANGUAGE_REVISION,
+# as it must).
+PINNED_KEY = "intranet-2024-07-22-c7cbf6f4bbc8746f37bb556ff70ba7ecf076fda280c8991cb57b84a84b7dff85"
 
 
 def _config(**changes: Any) -> RagConfig:
@@ -70,13 +71,14 @@ def test_cache_key_is_pinned_and_stable_across_processes() -> None:
     assert key == PINNED_KEY
 
 
+@pytest.mark.parametrize("revision", ["OCR_REVISION", "LANGUAGE_REVISION"])
 def test_a_new_ocr_revision_gives_new_keys_so_old_readings_are_not_served(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, revision: str
 ) -> None:
     from vision_rag_pipeline.enrichment import cache
 
     before = cache_key(IMAGE, RagConfig(), "offline")
-    monkeypatch.setattr(cache, "OCR_REVISION", cache.OCR_REVISION + 1)
+    monkeypatch.setattr(cache, revision, getattr(cache, revision) + 1)
     assert cache_key(IMAGE, RagConfig(), "offline") != before
 
 

@@ -4,34 +4,19 @@ facts exactly where the ground truth says they are, and the same bytes for the s
 from __future__ import annotations
 
 import email
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pypdfium2 as pdfium
 import pytest
 from bs4 import BeautifulSoup
 from PIL import Image
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from vision_rag_pipeline_tests.conftest import bench_module
 
-
-def _bench_module(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-evalset = _bench_module("evalset")
-eval_retrieval = _bench_module("eval_retrieval")
+evalset = bench_module("evalset")
+eval_retrieval = bench_module("eval_retrieval")
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,18 @@ def test_chinese_query_matches_the_chinese_chunk(index: LexicalIndex) -> None:
     assert ids(index.search("评估", 5)) == ["zh"]
 
 
+def test_an_inflected_russian_query_matches_by_stem(index: LexicalIndex) -> None:
+    index.replace_document(
+        "ru",
+        [
+            doc("revenue", "ru", "Выручка компании выросла на 12 процентов."),
+            doc("staff", "ru", "Численность персонала не изменилась."),
+        ],
+    )
+    assert ids(index.search("Какой была выручка компаний?", 5))[:1] == ["revenue"]  # выручка ~ выручки
+    assert ids(index.search("численности персонала", 5))[:1] == ["staff"]
+
+
 def test_rebuild_swaps_in_the_new_index_while_searches_keep_answering(index: LexicalIndex) -> None:
     load_corpus(index)
     before = ids(index.search("chart", 10))
@@ -490,3 +502,24 @@ def test_close_then_use_reopens(index: LexicalIndex) -> None:
     load_corpus(index)
     index.close()
     assert ids(index.search("chart", 1)) == ["three"]
+
+
+def test_an_index_from_before_the_russian_field_says_to_reindex_and_rebuild_fixes_it(tmp_path: Path) -> None:
+    import tantivy
+
+    old = tantivy.SchemaBuilder()
+    for name in ("chunk_id", "document_id", "image"):
+        old.add_text_field(name, stored=True, tokenizer_name="raw")
+    old.add_text_field("kind", tokenizer_name="raw")
+    old.add_text_field("text", tokenizer_name="en_stem")
+    old.add_text_field("text_cjk", tokenizer_name="raw", index_option="freq")
+    old.add_unsigned_field("page", stored=True)
+    root = tmp_path / "lexical"
+    (root / "v-old").mkdir(parents=True)
+    tantivy.Index(old.build(), path=str(root / "v-old"))
+    (root / "CURRENT").write_text("v-old\n")
+    index = TantivyLexicalIndex(root)
+    with pytest.raises(LexicalIndexError, match="vision-rag reindex"):
+        index.search("chart", 5)
+    index.rebuild([doc("ru", "report", "Выручка компании выросла.")])
+    assert ids(index.search("выручки", 5)) == ["ru"]

@@ -93,9 +93,9 @@ def test_an_up_to_date_config_is_not_rewritten(tmp_path: Path) -> None:
 
 def _rewrite_with_other_pool_limits(home: str, rounds: int) -> None:
     """Another ingest process whose config differs (an upgrade): pool limit 2 and 3 by turns."""
-    template = runner._LOCAL_INSTANCE_YAML
+    template = runner.LOCAL_INSTANCE_BODY
     for index in range(rounds):
-        runner._LOCAL_INSTANCE_YAML = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
+        runner.LOCAL_INSTANCE_BODY = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
         write_local_instance_config(Path(home))
 
 

@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
+from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.defs.definitions import ALL_ASSETS, defs
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
@@ -108,8 +109,11 @@ def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
 ) -> None:
     document_id, ingested = _materialize(instance, SAMPLE_FILES[0])
     chunks = ingested.output_for_node("document_chunks")
-    stored = ingested.asset_materializations_for_node("raw_documents")[0].metadata["path"].value
-    assert Path(stored).is_file(), "asset values are persisted for later runs"
+    with connect() as conn:  # asset values are persisted for later runs, where every node reaches them
+        stored = conn.execute(
+            "SELECT asset_key FROM asset_values WHERE partition_key = %s", (document_id,)
+        ).fetchall()
+    assert {"raw_documents", "extracted_images", "image_verdicts"} <= {key for (key,) in stored}
 
     reenriched = defs.resolve_job_def("reenrich").execute_in_process(
         instance=instance, partition_key=document_id
@@ -127,3 +131,13 @@ def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
         "lexical_rows_match_chunks": True,
     }
     assert PgVectorStore(384).count(document_id) == len(chunks)
+
+
+def test_offline_enrichment_claims_no_vision_model(instance: dg.DagsterInstance) -> None:
+    """With no endpoint configured, the UI shows no OpenAI kind and no billed token estimate."""
+    _, result = _materialize(instance, SAMPLE_FILES[0])
+    spec = next(s for s in defs.resolve_all_asset_specs() if s.key.to_user_string() == "image_enrichments")
+    assert set(spec.kinds) == {"python", "tesseract"}
+    metadata = result.asset_materializations_for_node("image_enrichments")[0].metadata
+    assert metadata["engine"].value == "offline" and "vision_tokens_estimate" not in metadata
+    assert metadata["vision_tokens_if_enabled"].value > 0  # still there to plan for, named for what it is

@@ -88,9 +88,9 @@ def pdf_chunk() -> Chunk:
 
 def index_chunks(chunks: list[Chunk]) -> None:
     """Write chunks to pgvector and the lexical index the way the index assets do."""
-    from vision_rag_pipeline.query.search import _vector_store
+    from vision_rag_pipeline.query.search import vector_store
 
-    store = _vector_store(RagConfig().embedding.model)
+    store = vector_store(RagConfig().embedding.model)
     lexical = open_lexical_index()
     for document_id in dict.fromkeys(c.document_id for c in chunks):
         own = [c for c in chunks if c.document_id == document_id]

@@ -7,14 +7,18 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.defs.documents import inbox_sensor
+from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
-from vision_rag_pipeline.documents.inbox import INBOX_ENV
+from vision_rag_pipeline.documents import inbox as inbox_module
+from vision_rag_pipeline.documents.inbox import INBOX_ENV, file_sha256, scan_inbox
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -40,7 +44,7 @@ def inbox(tmp_path, pg_url, monkeypatch) -> Path:
     return path
 
 
-def tick(instance, cursor=None):
+def tick(instance, cursor: str | None = None) -> dg.SensorResult | dg.SkipReason:
     from vision_rag_pipeline.definitions import defs
 
     context = dg.build_sensor_context(
@@ -49,8 +53,16 @@ def tick(instance, cursor=None):
     return inbox_sensor(context)
 
 
-def ingest_requests(result):
-    return [r for r in result.run_requests if r.job_name == "ingest_document"]
+def requests(result) -> list[dg.RunRequest]:
+    return [] if isinstance(result, dg.SkipReason) else result.run_requests
+
+
+def ingest_requests(result) -> list[dg.RunRequest]:
+    return [r for r in requests(result) if r.job_name == "ingest_document"]
+
+
+def known_files(inbox: Path) -> set[bytes]:
+    return set(DocumentRegistry().inbox_files(bytes(inbox)))
 
 
 def test_new_files_are_registered_partitioned_and_requested(instance, inbox):
@@ -66,52 +78,95 @@ def test_new_files_are_registered_partitioned_and_requested(instance, inbox):
     assert isinstance(add, dg.AddDynamicPartitionsRequest)
     assert add.partitions_def_name == documents_partitions.name and set(add.partition_keys) == expected
     assert {DocumentRegistry().get(key).abs_path for key in expected} == {str(pdf), str(mhtml)}
-    assert set(json.loads(result.cursor)["files"]) == {str(pdf), str(mhtml)}
+    assert known_files(inbox) == {bytes(pdf), bytes(mhtml)}
+    assert not result.cursor  # the state is in the registry, whatever the number of files
 
 
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
-    first = tick(instance)
-    assert not tick(instance, first.cursor).run_requests
+    tick(instance)
+    assert not requests(tick(instance))
 
     stat = pdf.stat()
     os.utime(pdf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    touched = tick(instance, first.cursor)
-    assert not touched.run_requests and not touched.dynamic_partitions_requests
+    assert isinstance(tick(instance), dg.SkipReason)
+    # The touch was recorded: the next tick does not hash the file again.
+    [entry] = DocumentRegistry().inbox_files(bytes(inbox)).values()
+    assert entry.state.mtime_ns == stat.st_mtime_ns + 10**9
+
+
+def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg_url, monkeypatch):
+    for i in range(5):
+        shutil.copy(PDF, inbox / f"report-{i}.pdf")
+    tick(instance)
+
+    def row_versions() -> list:  # xmin changes whenever Postgres writes a row
+        with psycopg.connect(pg_url) as conn:
+            return conn.execute(
+                "SELECT document_id, xmin::text FROM documents WHERE document_id = ANY(%s) ORDER BY 1",
+                ([document_id_for(p) for p in inbox.iterdir()],),
+            ).fetchall()
+
+    def no_reading(*_):
+        raise AssertionError("an unchanged file was read")
+
+    before = row_versions()
+    monkeypatch.setattr(inbox_module, "file_sha256", no_reading)
+    monkeypatch.setattr(inbox_module, "sniff_document_kind", no_reading)
+    assert isinstance(tick(instance), dg.SkipReason)
+    assert row_versions() == before and len(before) == 5
+
+
+def test_the_state_an_older_version_kept_in_the_cursor_is_adopted_not_re_ingested(instance, inbox):
+    unchanged, edited = Path(shutil.copy(PDF, inbox)), Path(shutil.copy(MHTML, inbox))
+    old_cursor = {
+        str(path): {
+            "size": path.stat().st_size,
+            "mtime_ns": path.stat().st_mtime_ns,
+            "sha256": file_sha256(path),
+        }
+        for path in (unchanged, edited)
+    }
+    edited.write_bytes(edited.read_bytes() + b"\n")
+
+    [request] = ingest_requests(tick(instance, json.dumps({"files": old_cursor})))
+
+    assert request.partition_key == document_id_for(edited) and request.tags["vision_rag/change"] == "changed"
+    assert known_files(inbox) == {bytes(unchanged), bytes(edited)}
 
 
 def test_changed_content_re_runs_the_same_partition(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
-    first = tick(instance)
+    tick(instance)
     with pdf.open("ab") as handle:
         handle.write(b"\n% revised\n")
 
-    second = tick(instance, first.cursor)
+    second = tick(instance)
 
     [request] = ingest_requests(second)
     assert request.partition_key == document_id_for(pdf)
     assert request.tags["vision_rag/change"] == "changed"
-    assert not tick(instance, second.cursor).run_requests
+    assert not requests(tick(instance))
 
 
 def test_files_that_are_not_documents_are_ignored(instance, inbox):
     (inbox / "notes.txt").write_text("hello")
     (inbox / "fake.pdf").write_text("not really a pdf")
     (inbox / ".partial.pdf").write_bytes(PDF.read_bytes())
-    result = tick(instance)
-    assert not result.run_requests and json.loads(result.cursor)["files"] == {}
+    assert isinstance(tick(instance), dg.SkipReason) and not known_files(inbox)
 
 
 def test_a_missing_inbox_is_skipped_not_read_as_everything_deleted(instance, inbox):
     shutil.copy(PDF, inbox)
-    first = tick(instance)
+    tick(instance)
     shutil.rmtree(inbox)
-    assert isinstance(tick(instance, first.cursor), dg.SkipReason)
+    assert isinstance(tick(instance), dg.SkipReason)
+    assert len(known_files(inbox)) == 1
 
 
 def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
-    first = tick(instance)
+    tick(instance)
     document_id = document_id_for(pdf)
     chunks = [
         Chunk(
@@ -129,12 +184,13 @@ def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instanc
     )
     pdf.unlink()
 
-    result = tick(instance, first.cursor)
+    result = tick(instance)
 
     [delete] = result.dynamic_partitions_requests
     assert isinstance(delete, dg.DeleteDynamicPartitionsRequest) and delete.partition_keys == [document_id]
     [removal] = result.run_requests
     assert removal.job_name == "remove_document"
+    assert not known_files(inbox) and not requests(tick(instance))  # requested once
     from vision_rag_pipeline.definitions import defs
 
     run = defs.resolve_job_def("remove_document").execute_in_process(
@@ -143,7 +199,62 @@ def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instanc
     assert run.success
     assert store.count(document_id) == 0 and lexical.count(document_id) == 0
     assert document_id not in {doc.document_id for doc in DocumentRegistry().all()}
-    assert json.loads(result.cursor)["files"] == {}
+
+
+def test_links_out_of_the_inbox_are_skipped_and_never_touch_the_linked_document(instance, inbox, tmp_path):
+    outside = Path(shutil.copy(PDF, tmp_path / "ingested-by-cli.pdf"))
+    cli_document = DocumentRegistry().register(outside)
+    (inbox / "link.pdf").symlink_to(outside)
+    (inbox / "sub").mkdir()
+    shutil.copy(PDF, inbox / "sub")
+    (inbox / "loop").symlink_to(inbox / "sub")  # a directory link, even inside: never walked
+
+    result = tick(instance)
+
+    assert {r.partition_key for r in ingest_requests(result)} == {document_id_for(inbox / "sub" / PDF.name)}
+    assert sorted(scan_inbox(inbox, {}).skipped) == [
+        f"{inbox}/link.pdf: links out of the inbox (to {outside})",
+        f"{inbox}/loop: directory links are not followed",
+    ]
+    (inbox / "link.pdf").unlink()
+    assert not requests(tick(instance))
+    assert DocumentRegistry().get(cli_document.document_id).abs_path == str(outside)
+
+
+def test_a_link_inside_the_inbox_is_its_own_document(instance, inbox):
+    pdf = Path(shutil.copy(PDF, inbox))
+    (inbox / "alias.pdf").symlink_to(pdf)
+
+    result = tick(instance)
+
+    alias_id = document_id_for(inbox / "alias.pdf", resolve=False)
+    assert {r.partition_key for r in ingest_requests(result)} == {document_id_for(pdf), alias_id}
+    assert DocumentRegistry().get(alias_id).abs_path == str(inbox / "alias.pdf")
+    (inbox / "alias.pdf").unlink()
+    [removal] = requests(tick(instance))
+    assert removal.tags["vision_rag/document_id"] == alias_id  # the file it pointed at stays
+
+
+FILE_NAMES = st.binary(min_size=1, max_size=60).filter(
+    lambda name: b"/" not in name and b"\0" not in name and not name.startswith(b".")
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stem=FILE_NAMES)
+def test_any_file_name_is_ingested_and_removed(instance, inbox, stem):
+    path = bytes(inbox) + b"/" + stem + b".pdf"
+    with open(path, "wb") as handle:
+        handle.write(PDF.read_bytes()[:4096])  # sniffed by its header; the sensor never parses it
+
+    [request] = ingest_requests(tick(instance))
+
+    registered = DocumentRegistry().get(request.partition_key)
+    assert os.fsencode(registered.abs_path) == path
+    assert request.tags["vision_rag/inbox_file"] == registered.source_path
+    os.unlink(path)
+    [removal] = requests(tick(instance))
+    assert removal.tags["vision_rag/document_id"] == request.partition_key
 
 
 # --- version sensor ---------------------------------------------------------------------------------------
@@ -215,3 +326,13 @@ def test_removed_partitions_are_left_alone(instance):
     materialize_all(instance, "a", {"image_enrichments": "old"})
     instance.delete_dynamic_partition(documents_partitions.name, "a")
     assert not version_tick(instance).run_requests
+
+
+def test_a_config_file_change_is_seen_without_reloading_the_definitions(instance, tmp_path, monkeypatch):
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a")  # with the versions the definitions were loaded with
+    config = tmp_path / "rag.yaml"
+    config.write_text("media_enrichment: {features: {mllm: {prompt: 'Describe the chart.'}}}\n")
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+
+    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}

@@ -10,7 +10,7 @@ from vision_rag_pipeline.defs.versions import (
     embedding_version,
     enrichment_version,
 )
-from vision_rag_pipeline.embeddings.encoder import resolve_precision
+from vision_rag_pipeline.embeddings import encoder
 
 OFFLINE = "offline"
 
@@ -78,11 +78,17 @@ def test_embedding_precision_moves_only_the_embedding_version():
     assert changed(float32, bfloat16) == {"embedding"}
 
 
-def test_auto_precision_has_the_version_of_the_precision_it_picks_on_this_machine():
+def test_auto_precision_has_one_version_whatever_the_cpu(monkeypatch):
+    """Nodes with and without native bfloat16 must agree on what is stale."""
     auto = RagConfig()
     assert auto.embedding.precision == "auto"
-    picked = with_settings(embedding={"precision": resolve_precision("auto")})
-    assert changed(auto, picked) == set()
+    versions = set()
+    for native in (True, False):
+        monkeypatch.setattr(encoder, "_cpu_has_native_bfloat16", lambda native=native: native)
+        versions.add(embedding_version(auto))
+    assert len(versions) == 1
+    for pinned in ("float32", "bfloat16"):
+        assert changed(auto, with_settings(embedding={"precision": pinned})) == {"embedding"}
 
 
 def test_speed_and_bookkeeping_settings_re_run_nothing():

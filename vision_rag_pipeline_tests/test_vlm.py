@@ -76,17 +76,6 @@ def test_request_carries_model_prompt_detail_data_url_and_kwargs(
     assert base64.b64decode(url.split(",", 1)[1]) == PNG.data
 
 
-def test_describe_returns_one_description_per_image_in_order(
-    server: FakeOpenAI, client: VisionClient
-) -> None:
-    server.default = chat_reply("same answer")
-    assert client.describe([PNG, JPEG, PNG], FEATURE) == ["same answer"] * 3
-    assert len(server.requests) == 3
-    urls = sorted(r.body["messages"][0]["content"][1]["image_url"]["url"] for r in server.requests)
-    prefixes = [url.split(",", 1)[0] + "," for url in urls]
-    assert prefixes == ["data:image/jpeg;base64,", "data:image/png;base64,", "data:image/png;base64,"]
-
-
 def test_429_with_retry_after_is_retried_and_succeeds(
     server: FakeOpenAI, client: VisionClient, sleeps: list[float]
 ) -> None:
@@ -127,12 +116,6 @@ def test_client_errors_are_not_retried(server: FakeOpenAI, client: VisionClient)
     with pytest.raises(VisionError, match="bad key"):
         client.describe_one(PNG, FEATURE)
     assert len(server.requests) == 1
-
-
-def test_describe_names_the_failed_image(server: FakeOpenAI, client: VisionClient) -> None:
-    server.default = error_reply(400, "image too large")
-    with pytest.raises(VisionError, match="image 0: .*image too large"):
-        client.describe([PNG], FEATURE)
 
 
 def test_fuse_sends_a_text_only_chat(server: FakeOpenAI, client: VisionClient) -> None:

@@ -17,6 +17,7 @@ from vision_rag_pipeline.chunks.annotations import annotation, find_annotations
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.chunks.splitter import split_text
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
+from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.fusion import clean_ocr_text
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
@@ -26,7 +27,7 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 2
+CHUNKING_REVISION = 3
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -132,6 +133,7 @@ def _chunk(
     spans = [e.location.char_span for e in elements if e.location.char_span]
     metadata = _base_metadata(doc)
     metadata["pages"] = sorted({e.location.page for e in elements if e.location.page})
+    metadata["language"] = text_language(text)
     if splitter.image_collection_in_metadata:
         metadata["images"] = [{"url": a.url, "description": a.description} for a in find_annotations(text)]
     return Chunk(
@@ -164,6 +166,9 @@ def _image_chunks(
             "image_name": image.name,
             "image_type": result.image_type,
             "ocr_confidence": result.ocr.level,
+            "ocr_languages": result.ocr.languages,  # the Tesseract languages this image was read with
+            # the image's own text says its language; the Meta-Content headers are always English
+            "language": text_language(result.ocr.text or result.description),
             "keywords": result.keywords,
             "fusion": result.fusion,
             "alt": image.alt,

@@ -17,6 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ES_URL_ENV = "VISION_RAG_ES_URL"
+# Set (to 1/true/yes) where more than one host runs the pipeline: a Kubernetes run launcher, several
+# code servers. The deploy/ Helm values set it in every pod.
+MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
 
 
 class _Strict(BaseModel):
@@ -99,7 +102,9 @@ class EnrichmentFeatures(_Strict):
 
 
 class OcrConfig(_Strict):
-    """Tesseract settings; languages missing from the machine are skipped with a warning."""
+    """Tesseract settings. With more than one language (e.g. ["eng", "chi_sim", "rus"]) each image is
+    first read once with all of them to see its scripts, then read with the languages of those
+    scripts only; languages missing from the machine are skipped with a warning."""
 
     languages: list[str] = Field(default_factory=lambda: ["eng"])
     max_workers: int | None = None
@@ -227,7 +232,28 @@ def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or home() / "dagster").expanduser().resolve()
 
 
+def multi_node() -> bool:
+    """Whether the deployment says more than one host runs (and writes from) the pipeline."""
+    return os.environ.get(MULTI_NODE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def cpu_threads() -> int:
     """Threads this process may keep busy (OCR, torch): its share of the cores when ingest runs
     several documents at once (`VISION_RAG_THREADS`), else every core."""
     return int(os.environ.get("VISION_RAG_THREADS") or os.cpu_count() or 1)
+
+
+SENSOR_INTERVAL_ENV = "VISION_RAG_SENSOR_INTERVAL_SECONDS"
+REINDEX_CRON_ENV = "VISION_RAG_REINDEX_CRON"
+
+
+def sensor_interval_seconds(default: int) -> int:
+    """Seconds between a sensor's ticks: `VISION_RAG_SENSOR_INTERVAL_SECONDS` for every sensor (read
+    when the code location loads), else the sensor's own default."""
+    return int(os.environ.get(SENSOR_INTERVAL_ENV) or default)
+
+
+def reindex_cron() -> str:
+    """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
+    03:00 every night."""
+    return os.environ.get(REINDEX_CRON_ENV) or "0 3 * * *"

@@ -8,6 +8,7 @@ so every process of a run — CLI, Dagster webserver, daemon, run workers — sh
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 from pgvector.psycopg import register_vector
+from pydantic import BaseModel
 
 from vision_rag_pipeline.core.config import home
 
@@ -36,7 +38,7 @@ def database_url() -> str:
         return url.replace("postgresql+psycopg2://", "postgresql://").replace(
             "postgresql+psycopg://", "postgresql://"
         )
-    return start_embedded(home() / "pgdata")
+    return start_embedded(embedded_data_dir())
 
 
 def start_embedded(pgdata: Path) -> str:
@@ -51,6 +53,50 @@ def start_embedded(pgdata: Path) -> str:
         url = server.get_uri()
         _embedded_urls[pgdata] = url
         return url
+
+
+class EmbeddedServer(BaseModel):
+    """What `postmaster.pid` in a data directory says about the server running on it."""
+
+    pgdata: str
+    pid: int
+    url: str
+
+
+def embedded_data_dir() -> Path:
+    return home() / "pgdata"
+
+
+def running_embedded(pgdata: Path) -> EmbeddedServer | None:
+    """The server running on `pgdata`, or None (no server, or a stale pid file a crash left)."""
+    try:
+        # postmaster.pid: pid, data dir, start time, port, socket directory, ...
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    socket_dir = lines[4] if len(lines) > 4 and lines[4] else str(pgdata)
+    return EmbeddedServer(
+        pgdata=str(pgdata), pid=pid, url=f"postgresql://postgres:@/postgres?host={socket_dir}"
+    )
+
+
+def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:
+    """Stop the server running on `pgdata` (fast shutdown: open transactions roll back) and wait
+    until it is gone; returns what was stopped, None when nothing ran."""
+    server = running_embedded(pgdata)
+    if server is None:
+        return None
+    os.kill(server.pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    while running_embedded(pgdata) is not None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"embedded Postgres (pid {server.pid}) still running after {timeout:.0f}s")
+        time.sleep(0.1)
+    with _lock:
+        _embedded_urls.pop(pgdata, None)
+    return server
 
 
 @contextmanager

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+SVG_MIMES = frozenset({"image/svg+xml", "image/svg"})
 _BMP_DIB_HEADER_SIZES = {12, 40, 52, 56, 64, 108, 124}
 _SVG_ROOT = re.compile(rb"<svg[\s>/]", re.IGNORECASE)
 _XML_PROLOGUE = re.compile(
@@ -48,6 +49,18 @@ def sniff_image_mime(data: bytes) -> str | None:
     if head[4:12] in (b"ftypavif", b"ftypavis"):
         return "image/avif"
     return _sniff_svg(data)
+
+
+def is_svg(data: bytes, mime: str = "") -> bool:
+    """By declared type, or by content for SVG saved under a generic type (octet-stream)."""
+    return mime.split(";")[0].strip().lower() in SVG_MIMES or _sniff_svg(data) is not None
+
+
+def image_mime(data: bytes, declared: str = "") -> str | None:
+    """The real image type of a payload; a declared image/* is believed only when the bytes say nothing."""
+    if not data:
+        return None
+    return sniff_image_mime(data) or (declared if declared.startswith("image/") else None)
 
 
 def _sniff_svg(data: bytes) -> str | None:

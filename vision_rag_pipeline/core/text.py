@@ -1,8 +1,103 @@
-"""Word lists shared by indexing and querying, one per language."""
+"""Word lists and script detection shared by indexing, enrichment and querying: one home, so they cannot drift apart."""
 
-# Lucene's English stop set, which is also tantivy's `stopword("english")` list.
+import re
+
+# Lucene's English stop set, which is also tantivy's `stopword("english")` list: what the lexical
+# analyzers drop, so a query of only these words must match nothing.
 _ENGLISH_STOP_LIST = (
     "a an and are as at be but by for if in into is it no not of on or such that the their then there "
     "these they this to was will with"
 )
 ENGLISH_STOP_WORDS = frozenset(_ENGLISH_STOP_LIST.split())
+
+# Interrogatives and auxiliaries: they shape a question but never name what it asks about.
+QUESTION_WORDS = frozenset(
+    ["what", "which", "who", "whom", "whose", "when", "where", "why", "how", "according", "did", "does", "do", "was", "were", "is", "are", "has", "have", "had", "much", "many", "can", "could", "would", "should", "will", "shall"]
+)
+
+# Every English function word (pronouns, prepositions, auxiliaries, quantifiers): not a keyword.
+FUNCTION_WORDS = (
+    ENGLISH_STOP_WORDS
+    | QUESTION_WORDS
+    | frozenset(
+        ["about", "above", "after", "again", "against", "all", "also", "am", "any", "because", "been", "before", "being", "below", "between", "both", "doing", "down", "during", "each", "few", "from", "further", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "i", "its", "itself", "just", "me", "more", "most", "my", "myself", "nor", "now", "off", "once", "only", "other", "our", "ours", "ourselves", "out", "over", "own", "per", "same", "she", "so", "some", "than", "theirs", "them", "themselves", "those", "through", "too", "under", "until", "up", "very", "via", "we", "while", "within", "without", "you", "your", "yours", "yourself"]
+    )
+)
+
+# Snowball's Russian stop list (what the Russian analyzers drop); `ё` folded to `е` is not assumed.
+_RUSSIAN_STOP_LIST = (
+    "и в во не что он на я с со как а то все она так его но да ты к у же вы за бы по только ее мне "
+    "было вот от меня еще нет о из ему теперь когда даже ну вдруг ли если уже или ни быть был него "
+    "до вас нибудь опять уж вам ведь там потом себя ничего ей может они тут где есть надо ней для мы "
+    "тебя их чем была сам чтоб без будто чего раз тоже себе под будет ж тогда кто этот того потому "
+    "этого какой совсем ним здесь этом один почти мой тем чтобы нее сейчас были куда зачем всех "
+    "никогда можно при наконец два об другой хоть после над больше тот через эти нас про всего них "
+    "какая много разве три эту моя впрочем хорошо свою этой перед иногда лучше чуть том нельзя такой "
+    "им более всегда конечно всю между"
+)
+RUSSIAN_STOP_WORDS = frozenset(_RUSSIAN_STOP_LIST.split())
+# Russian interrogatives: like QUESTION_WORDS, they shape a question, never name its subject.
+RUSSIAN_QUESTION_WORDS = frozenset(
+    ["какова", "каков", "каковы", "какое", "какие", "какой", "какая", "каким", "сколько", "что", "кто", "где", "когда", "почему", "зачем", "как", "чему", "чем", "чего", "составила", "составил", "составило", "составили", "был", "была", "было", "были"]
+)
+# Chinese particles and question words; Chinese is matched as character bigrams, so these are cut
+# out of a question before it is cut into bigrams. Only characters that rarely start or end a
+# content word: "中" or "有" would split 中国 and 有限公司.
+CHINESE_STOP_WORDS = frozenset(["的", "了", "是", "吗", "呢", "么", "多少", "什么", "哪个", "哪些", "是否", "如何", "怎么", "为什么", "请问"])
+
+# Scripts by Unicode block. Han, kana and Hangul are written without spaces between words.
+_SCRIPT_RANGES = {
+    "Han": "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff",
+    "Kana": "\u3040-\u30ff",
+    "Hangul": "\uac00-\ud7af",
+    "Cyrillic": "\u0400-\u04ff",
+    "Latin": "A-Za-z\u00c0-\u024f",
+}
+_SCRIPT_CHAR = {script: re.compile(f"[{chars}]") for script, chars in _SCRIPT_RANGES.items()}
+CJK_CHAR = re.compile(f"[{_SCRIPT_RANGES['Kana']}{_SCRIPT_RANGES['Han']}{_SCRIPT_RANGES['Hangul']}]")
+CJK_RUN = re.compile(CJK_CHAR.pattern + "+")
+# The language a script stands for when only the script is known (Latin counts as English).
+SCRIPT_LANGUAGE = {"Han": "zh", "Kana": "ja", "Hangul": "ko", "Cyrillic": "ru", "Latin": "en"}
+
+
+def script_counts(text: str) -> dict[str, int]:
+    """Letters per script, most frequent first (scripts without letters left out)."""
+    counts = {script: len(pattern.findall(text)) for script, pattern in _SCRIPT_CHAR.items()}
+    return dict(sorted(((s, n) for s, n in counts.items() if n), key=lambda item: -item[1]))
+
+
+def text_language(text: str) -> str | None:
+    """The language of a text as its main script tells it (zh, ja, ko, ru, en); None without letters.
+
+    A guess by script alone: Latin text counts as English, Cyrillic as Russian; kana anywhere
+    makes Han text Japanese. A Han character weighs as much as a short word, so it counts three times.
+    """
+    counts = script_counts(text)
+    if not counts:
+        return None
+    if counts.get("Kana"):
+        counts["Han"] = 0
+    weighted = {s: n * (3 if s in ("Han", "Kana", "Hangul") else 1) for s, n in counts.items()}
+    return SCRIPT_LANGUAGE[max(weighted, key=lambda s: weighted[s])]
+
+
+def cjk_bigrams(text: str, *, with_unigrams: bool = False) -> list[str]:
+    """Overlapping character bigrams of each CJK run (like Lucene's `cjk` analyzer); a lone
+    character stays a unigram. `with_unigrams` adds every character too (index side)."""
+    tokens: list[str] = []
+    for run in CJK_RUN.findall(text):
+        if len(run) == 1:
+            tokens.append(run)
+            continue
+        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
+        if with_unigrams:
+            tokens.extend(run)
+    return tokens
+
+
+def without_chinese_stop_words(text: str) -> str:
+    """The text with Chinese function and question words cut out (each cut splits a CJK run)."""
+    return _CHINESE_STOP.sub(" ", text)
+
+
+_CHINESE_STOP = re.compile("|".join(sorted(CHINESE_STOP_WORDS, key=len, reverse=True)))

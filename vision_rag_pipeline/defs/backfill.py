@@ -55,6 +55,7 @@ def submit_reenrich_backfill(
 ) -> str:
     """Queue the same work as a Dagster asset backfill for the daemon (shown under Backfills in the UI,
     bounded by the `vision_model` pool); returns the backfill id."""
+    # No public Python API submits an asset backfill (only GraphQL and the CLI, which store this object).
     from dagster._core.execution.backfill import PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
     from dagster._time import get_current_timestamp

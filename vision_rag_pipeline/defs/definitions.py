@@ -1,12 +1,15 @@
 """Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect."""
 
+import os
+
 import dagster as dg
 
 from vision_rag_pipeline.defs.chunks import document_chunks
-from vision_rag_pipeline.defs.documents import inbox_sensor, raw_documents, remove_document_job
+from vision_rag_pipeline.defs.documents import raw_documents, remove_document_job
 from vision_rag_pipeline.defs.embeddings import chunk_embeddings
 from vision_rag_pipeline.defs.enrichment import image_enrichments, image_verdicts
 from vision_rag_pipeline.defs.images import extracted_images
+from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.indexes import (
     audit_after_index_changes,
     audit_indexes_job,
@@ -16,12 +19,29 @@ from vision_rag_pipeline.defs.indexes import (
     reindex_job,
     reindex_schedule,
 )
-from vision_rag_pipeline.defs.io_manager import PickledAssetIOManager
+from vision_rag_pipeline.defs.io_manager import PostgresAssetIOManager
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
+EXECUTOR_ENV = "VISION_RAG_EXECUTOR"
+
+
+def _executor() -> dg.ExecutorDefinition | None:
+    """A Kubernetes pod per step (dagster-k8s `k8s_job_executor`) when VISION_RAG_EXECUTOR=k8s_job;
+    otherwise Dagster's default, steps in processes of the run's own process or pod."""
+    choice = os.environ.get(EXECUTOR_ENV, "")
+    if choice == "k8s_job":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    if choice:
+        raise ValueError(f"{EXECUTOR_ENV}={choice!r}: expected k8s_job, or unset for the default executor")
+    return None
+
+
 _CODE_VERSIONS = code_versions()
+_INDEX_DB = IndexDatabase()
 
 ALL_ASSETS = dg.map_asset_specs(
     lambda spec: spec.replace_attributes(code_version=_CODE_VERSIONS.get(spec.key.to_user_string())),
@@ -43,9 +63,10 @@ defs = dg.Definitions(
     jobs=[ingest_document_job, reenrich_job, remove_document_job, reindex_job, audit_indexes_job],
     sensors=[inbox_sensor, version_sensor, audit_after_index_changes],
     schedules=[reindex_schedule],
+    executor=_executor(),
     resources={
-        "io_manager": PickledAssetIOManager(),
-        "index_db": IndexDatabase(),
+        "io_manager": PostgresAssetIOManager(index_db=_INDEX_DB),
+        "index_db": _INDEX_DB,
         "lexical": LexicalIndexResource(),
         "rag_config": RagConfigResource(),
     },

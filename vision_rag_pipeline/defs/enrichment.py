@@ -9,8 +9,10 @@ from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
+from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -52,7 +54,9 @@ def image_verdicts(
 @dg.asset(
     partitions_def=documents_partitions,
     group_name="enrichment",
-    kinds={"python", "openai"},
+    # Kinds are fixed when the code location loads: "openai" only when an endpoint is configured then
+    # (each run reads the environment itself; the metadata's `engine` says what really computed it).
+    kinds={"python", "tesseract"} | ({"openai"} if vision_client_from_env() else set()),
     pool="vision_model",
     description="For VISION images: preprocessing, OCR, vision-LLM description when an endpoint is "
     "configured, fused into a Meta-Content chunk; served from the enrichment cache when the key matches.",
@@ -78,7 +82,12 @@ def image_enrichments(
     )
     for error in batch.errors:
         context.log.warning(error)
+    for language in missing_languages(config.media_enrichment.ocr.languages):
+        context.log.warning(missing_language_warning(language))
+    read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
     looked_up = batch.calls + batch.cache_hits
+    # Offline nothing is billed: the figure is what a vision model would cost, and is labelled so.
+    tokens_label = "vision_tokens_if_enabled" if batch.engine == OFFLINE_ENGINE else "vision_tokens_estimate"
     preview = "\n\n".join(
         f"**{r.image_url}**\n\n```\n{r.meta_content[:600]}\n```" for r in list(batch.results.values())[:3]
     )
@@ -89,8 +98,10 @@ def image_enrichments(
             "enrichment_calls": batch.calls,
             "cache_hits": batch.cache_hits,
             "cache_hit_ratio": round(batch.cache_hits / looked_up, 3) if looked_up else 0.0,
-            "vision_tokens_estimate": batch.vision_tokens,
+            "engine": batch.engine,
+            tokens_label: batch.vision_tokens,
             "fallbacks": len(batch.errors),
+            "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )

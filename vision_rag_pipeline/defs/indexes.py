@@ -10,6 +10,7 @@ which the indexes and the registry must agree.
 import dagster as dg
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.core.config import reindex_cron
 from vision_rag_pipeline.defs.checks import (
     LEXICAL_ROWS_MATCH_CHUNKS,
     PGVECTOR_ROWS_MATCH_CHUNKS,
@@ -112,9 +113,10 @@ def reindex_job() -> None:
 reindex_schedule = dg.ScheduleDefinition(
     name="daily_reindex",
     job=reindex_job,
-    cron_schedule="0 3 * * *",
+    cron_schedule=reindex_cron(),
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every night at 03:00: compact both indexes (fresh HNSW graph, merged tantivy segments).",
+    description="Every night at 03:00 (or VISION_RAG_REINDEX_CRON): compact both indexes (fresh HNSW "
+    "graph, merged tantivy segments).",
 )
 
 

@@ -4,7 +4,15 @@ Dagster's SQLite storages build a fresh SQLAlchemy engine (and SQLite connection
 and write: about 330 times per ingest run here, roughly 1 s of CPU per document, more than a
 document's embedding. These subclasses keep one engine per database file and reuse its
 connections; what is stored, and where, is unchanged, so `dagster dev` and the UI read the same
-files. Production deployments use dagster-postgres instead (dagster.yaml at the repo root).
+files. Production deployments use dagster-postgres instead (docker/dagster.yaml).
+
+`base_dir` is optional in each: by default it lies under the vision-rag Dagster home
+(`$DAGSTER_HOME`, else `$VISION_RAG_HOME/dagster`). That lets the repo root's dagster.yaml name no
+path: `dagster dev` there with nothing exported keeps its history where `vision-rag` keeps it, not
+in the temporary home Dagster makes when DAGSTER_HOME is unset.
+
+The `dagster._…` imports are the storages and log manager subclassed here and the helpers their
+overridden methods must call: Dagster has no public base for custom storages.
 """
 
 from __future__ import annotations
@@ -21,20 +29,37 @@ from contextlib import contextmanager
 
 import dagster
 import sqlalchemy
+from dagster._config import Field, StringSource, UserConfigSchema
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from dagster._utils import ensure_file, touch_file
 from sqlalchemy.engine import Connection, Engine
 
+from vision_rag_pipeline.core.config import dagster_home
+
 RUN_SHARD_ENGINES = 4  # one event-log database per run: keep the engines of the latest few runs
 KNOWN_PARTITION_SECONDS = 5.0
 # not *.db: Dagster takes every *.db file in the folder for a run's events
 RUN_SHARD_TEMPLATE = f".empty-run-shard-{dagster.__version__}.sqlite"
+OPTIONAL_BASE_DIR: UserConfigSchema = {"base_dir": Field(StringSource, is_required=False)}
+# Where each storage keeps its files under a Dagster home (Dagster's own layout, plus `history`).
+HOME_SUBDIRS = {
+    "run_storage": "history",
+    "event_log_storage": "history/runs",
+    "schedule_storage": "schedules",
+    "compute_logs": "storage",
+}
+
+
+def _with_base_dir(config_value: dict, storage: str) -> dict:
+    """`config_value` with `base_dir` defaulting to its folder under the vision-rag Dagster home."""
+    return {"base_dir": str(dagster_home() / HOME_SUBDIRS[storage]), **config_value}
 
 
 def _engine(url: str) -> Engine:
@@ -69,8 +94,12 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         super().__init__(base_dir, inst_data)
 
     @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        return OPTIONAL_BASE_DIR
+
+    @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalEventLogStorage:
-        return cls(inst_data=inst_data, **config_value)
+        return cls(inst_data=inst_data, **_with_base_dir(config_value, "event_log_storage"))
 
     def _shard_engine(self, shard: str) -> Engine:
         with self._engines_lock:
@@ -136,8 +165,12 @@ class LocalRunStorage(SqliteRunStorage):
     """`SqliteRunStorage` with its one engine kept between calls."""
 
     @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        return OPTIONAL_BASE_DIR
+
+    @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalRunStorage:
-        return cls.from_local(inst_data=inst_data, **config_value)
+        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "run_storage"))
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -145,6 +178,18 @@ class LocalRunStorage(SqliteRunStorage):
             self._reused_engine = _engine(self._conn_string)
         with self._reused_engine.connect() as conn, conn.begin():
             yield conn
+
+
+class LocalScheduleStorage(SqliteScheduleStorage):
+    """Dagster's SQLite schedule storage (sensor and schedule state, ticks), under the Dagster home by default."""
+
+    @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        return OPTIONAL_BASE_DIR
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalScheduleStorage:
+        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "schedule_storage"))
 
 
 class CapturedComputeLogManager(LocalComputeLogManager):
@@ -157,10 +202,14 @@ class CapturedComputeLogManager(LocalComputeLogManager):
     """
 
     @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        return {**super().config_type(), **OPTIONAL_BASE_DIR}
+
+    @classmethod
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value
     ) -> CapturedComputeLogManager:
-        return cls(inst_data=inst_data, **config_value)
+        return cls(inst_data=inst_data, **_with_base_dir(config_value, "compute_logs"))
 
     @contextmanager
     def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:

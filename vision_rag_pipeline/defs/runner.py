@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, suppress
@@ -20,18 +21,21 @@ from functools import cache
 from pathlib import Path
 
 import dagster as dg
-from dagster._utils.error import SerializableErrorInfo
+import yaml
+from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.core.config import dagster_home
+from vision_rag_pipeline.core.config import dagster_home, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
-_LOCAL_INSTANCE_YAML = """\
-{header}: SQLite run history in this directory (rewritten
-# by vision-rag while this header is here; delete the header to keep your own edits).
+# The local instance; the repo root's dagster.yaml holds the same settings, for `dagster dev` run
+# there with DAGSTER_HOME unset, where each storage's base_dir defaults to its folder of the
+# vision-rag Dagster home (HOME_SUBDIRS); the file vision-rag writes names the folders.
+LOCAL_INSTANCE_BODY = """\
 telemetry:
   enabled: false
 nux:
@@ -39,23 +43,35 @@ nux:
 concurrency:
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
-# Dagster's SQLite layout, with engines kept between calls (vision_rag_pipeline/defs/local_storage.py)
+# Dagster's SQLite layout, with engines kept between calls
 run_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalRunStorage
-  config:
-    base_dir: {home}/history
 event_log_storage:
   module: vision_rag_pipeline.defs.local_storage
   class: LocalEventLogStorage
-  config:
-    base_dir: {home}/history/runs
+schedule_storage:
+  module: vision_rag_pipeline.defs.local_storage
+  class: LocalScheduleStorage
 compute_logs:  # captured for the UI, not echoed to the terminal (no tail processes per run)
   module: vision_rag_pipeline.defs.local_storage
   class: CapturedComputeLogManager
-  config:
-    base_dir: {home}/storage
 """
+_LOCAL_INSTANCE_PREAMBLE = """\
+{header}: SQLite run history in this directory (rewritten
+# by vision-rag while this header is here; delete the header to keep your own edits).
+"""
+
+
+def local_instance_yaml(home: Path) -> str:
+    """LOCAL_INSTANCE_BODY with each storage's folder under `home` spelled out: the file stays
+    right when opened with DAGSTER_HOME pointing elsewhere."""
+    config = yaml.safe_load(LOCAL_INSTANCE_BODY)
+    for storage, subdir in HOME_SUBDIRS.items():
+        config[storage]["config"] = {"base_dir": str(home.resolve() / subdir)}
+    return _LOCAL_INSTANCE_PREAMBLE.format(header=_LOCAL_INSTANCE_HEADER) + yaml.safe_dump(
+        config, sort_keys=False
+    )
 
 
 # Run events still go to the instance (and the UI); only the terminal echo is quieted.
@@ -74,12 +90,29 @@ class _Counts(BaseModel):
     enrichment_calls: int = 0
     cache_hits: int = 0
     chunks: int = 0
+    languages: dict[str, int] = Field(default_factory=dict)  # chunks per language their text is in
 
 
 class IngestReport(_Counts):
     documents: int = 0
     failed: list[FailedFile] = Field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = Field(default_factory=list)  # settings that do not fit the documents seen
+
+
+def language_warnings(languages: Iterable[str]) -> list[str]:
+    """OCR languages configured but not installed, and an English-only embedding model meeting
+    other languages: each said once per ingest, not once per image or chunk. (Imported here: OCR
+    and the encoder are slow to import, and the CLI imports this module to start.)"""
+    from vision_rag_pipeline.embeddings.encoder import english_only_warning
+    from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
+
+    config = load_config()
+    warnings = [
+        missing_language_warning(lang) for lang in missing_languages(config.media_enrichment.ocr.languages)
+    ]
+    model = english_only_warning(config.embedding.model, languages)
+    return warnings + ([model] if model else [])
 
 
 @cache
@@ -101,7 +134,7 @@ def write_local_instance_config(home: Path) -> None:
     """
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = _LOCAL_INSTANCE_YAML.format(header=_LOCAL_INSTANCE_HEADER, home=home.resolve())
+    wanted = local_instance_yaml(home)
     if config.exists():
         current = config.read_text()
         if current == wanted or not current.startswith(_LOCAL_INSTANCE_HEADER):
@@ -149,6 +182,7 @@ def ingest_paths(
         instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
         outcomes: Iterable[DocumentOutcome] = (pool.map if pool else map)(run_document, accepted)
         _merge(report, outcomes, progress)
+    report.warnings = language_warnings(report.languages)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -171,6 +205,8 @@ def _merge(
             "chunks",
         ):
             setattr(report, field, getattr(report, field) + getattr(outcome, field))
+        for language, count in outcome.languages.items():
+            report.languages[language] = report.languages.get(language, 0) + count
         progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
@@ -232,6 +268,7 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         return DocumentOutcome(path=path, document_id=document_id, error=error)
     verdicts = result.output_for_node("image_verdicts")
     batch = result.output_for_node("image_enrichments")
+    chunks = result.output_for_node("document_chunks")
     return DocumentOutcome(
         path=path,
         document_id=document_id,
@@ -240,7 +277,8 @@ def run_document(item: tuple[str, str]) -> DocumentOutcome:
         images_enriched=len(batch.results),
         enrichment_calls=batch.calls,
         cache_hits=batch.cache_hits,
-        chunks=len(result.output_for_node("document_chunks")),
+        chunks=len(chunks),
+        languages=Counter(c.metadata["language"] for c in chunks if c.metadata.get("language")),
     )
 
 

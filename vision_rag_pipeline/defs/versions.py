@@ -6,7 +6,9 @@ that partition is stale from this asset on, and nothing upstream of it needs to 
 Settings that change only speed (OCR workers, batch sizes) or bookkeeping (cache expiry) are left out.
 
 `version_sensor` compares, per partition, the version recorded on the latest materialization (tag
-`dagster/code_version`) with the current one; where they differ it requests a run of that asset and
+`dagster/code_version`) with the one computed from the config file on this tick (not the one the code
+location computed when it loaded: a changed file takes effect without a reload, and the sensor warns
+that the UI shows stale code versions until one); where they differ it requests a run of that asset and
 everything downstream of it: never raw_documents or extracted_images, which no setting changes. The
 enrichment and embedding caches make the re-run pay only for images and chunk texts that really changed.
 
@@ -25,12 +27,11 @@ import dagster as dg
 from dagster import DagsterEventType
 
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
-from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.embeddings.encoder import resolve_precision
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
-from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
+from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 VERSION_LENGTH = 12
@@ -64,6 +65,7 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
             "mllm": enrichment.features.mllm.model_dump(mode="json"),
             "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
             "ocr_revision": OCR_REVISION,
+            "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
             "fusion": enrichment.fusion.model_dump(mode="json"),
             "engine": engine,
             "config_version": config.config_version,
@@ -85,11 +87,15 @@ def chunking_version(config: RagConfig) -> str:
 def embedding_version(config: RagConfig) -> str:
     """Which model embeds the chunks and at which precision (the batch size does not change a vector).
 
-    `auto` counts as the precision it resolves to on this machine: it embeds in bfloat16 only where
-    the CPU computes it natively, so two machines can produce (slightly) different vectors.
+    The precision as configured, never as resolved on this host: every node of a deployment must
+    agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
+    therefore one version everywhere, although each host embeds at the precision it picks (bfloat16
+    where the CPU has it natively; vectors agree to a cosine of 0.9999, and each materialization's
+    `model` metadata names the variant). Pin `float32` or `bfloat16` for identical vectors on mixed
+    hardware; changing between any two of the three values re-embeds.
     """
     embedding = config.embedding
-    return _short_hash({"model": embedding.model, "precision": resolve_precision(embedding.precision)})
+    return _short_hash({"model": embedding.model, "precision": embedding.precision})
 
 
 def code_versions() -> dict[str, str]:
@@ -152,18 +158,27 @@ def stale_assets_by_partition(
 @dg.sensor(
     name="version_sensor",
     job_name="ingest_document",
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=sensor_interval_seconds(60),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When the enrichment, classifier, chunking or embedding settings change, re-runs the "
-    "changed asset and its downstream assets for every partition materialized with the old settings.",
+    "changed asset and its downstream assets for every partition materialized with the old settings. "
+    "Reads the config file on every tick: no reload is needed.",
 )
 def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     asset_graph = context.repository_def.asset_graph
-    current_versions = {
-        key: asset_graph.get(key).code_version
-        for key in asset_graph.materializable_asset_keys
-        if asset_graph.get(key).code_version is not None
+    # The file, not the loaded definitions: they were versioned when the code location loaded. A run
+    # loads the code anew, so it both uses and records (tag dagster/code_version) the file's versions.
+    current_versions = {dg.AssetKey(name): version for name, version in code_versions().items()}
+    outdated = {
+        key.to_user_string(): f"{asset_graph.get(key).code_version} -> {version}"
+        for key, version in current_versions.items()
+        if asset_graph.get(key).code_version != version
     }
+    if outdated:
+        context.log.warning(
+            f"the config file changed since this code location loaded ({outdated}): runs use and record "
+            "the file's settings; reload the code location for the UI to show the new code versions"
+        )
     partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
     stale = stale_assets_by_partition(context.instance, current_versions, partitions)
     run_requests = []

@@ -1,17 +1,25 @@
 """The inbox directory: which MHTML/PDF files are in it, and their content hashes.
 
-A file is hashed only when its size or mtime moved since the previous scan (a `touch` costs nothing).
+A file is read (sniffed and hashed) only when its size or mtime moved since the state it was last
+seen in; an unchanged inbox costs one `stat` per file. Paths are handled as bytes, so any file name
+the file system allows (not only UTF-8) works. The inbox never reaches outside itself: a symbolic link
+whose target lies outside is skipped with a reason, and linked directories are not descended into.
 """
+
+from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from vision_rag_pipeline.core.config import home
 from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.documents.registry import FileState, display_path
 
 INBOX_ENV = "VISION_RAG_INBOX"
-DOCUMENT_SUFFIXES = (".mhtml", ".mht", ".pdf")
+DOCUMENT_SUFFIXES = (b".mhtml", b".mht", b".pdf")
 _HASH_BLOCK = 1 << 20
 
 
@@ -21,34 +29,69 @@ def inbox_dir() -> Path:
     return Path(configured).expanduser().resolve() if configured else home() / "inbox"
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: str | bytes | Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open(path, "rb") as handle:
         while block := handle.read(_HASH_BLOCK):
             digest.update(block)
     return digest.hexdigest()
 
 
-def scan_inbox(inbox: Path, seen: dict[str, dict]) -> dict[str, dict]:
-    """{absolute path: {size, mtime_ns, sha256}} for every document file under `inbox`.
+class InboxScan(NamedTuple):
+    files: dict[bytes, FileState]  # every document file in the inbox now, by absolute path
+    restated: list[bytes]  # those whose state differs from the known one (new, changed or touched)
+    skipped: list[str]  # why a candidate was left out, one line each
 
-    `seen` is the previous scan: a file whose size and mtime did not move keeps its old hash unread.
-    Files that are not MHTML/PDF by name and by their bytes are left out.
+
+def scan_inbox(inbox: Path, known: Mapping[bytes, FileState]) -> InboxScan:
+    """Every MHTML/PDF file under `inbox` (by name and by its bytes) with its state.
+
+    `known` is the state each file was last seen in: a file whose size and mtime did not move keeps
+    its known state unread.
     """
-    found: dict[str, dict] = {}
-    for path in sorted(inbox.rglob("*")):
-        if path.suffix.lower() not in DOCUMENT_SUFFIXES or path.name.startswith(".") or not path.is_file():
-            continue
+    root = os.fsencode(inbox.resolve())
+    scan = InboxScan({}, [], [])
+    pending = [root]
+    while pending:
+        directory = pending.pop()
         try:
-            stat = path.stat()
-            key = str(path.resolve())
-            previous = seen.get(key)
-            if previous and (previous["size"], previous["mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
-                found[key] = previous
-                continue
-            if sniff_document_kind(path) is None:
-                continue
-            found[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
-        except OSError:
-            continue  # vanished or unreadable while we looked: the next tick sees the settled state
-    return found
+            entries = list(os.scandir(directory))
+        except OSError as exc:
+            scan.skipped.append(f"{display_path(directory)}: cannot list ({exc.strerror})")
+            continue
+        for entry in entries:
+            try:
+                _visit(entry, root, known, scan, pending)
+            except OSError:
+                continue  # vanished or unreadable while we looked: the next tick sees the settled state
+    return scan
+
+
+def _visit(
+    entry: os.DirEntry[bytes], root: bytes, known: Mapping[bytes, FileState], scan: InboxScan, pending: list
+) -> None:
+    name, path = entry.name, entry.path
+    if name.startswith(b"."):  # hidden, or a partial download
+        return
+    if entry.is_symlink():
+        target = os.path.realpath(path)
+        if not target.startswith(root + b"/"):
+            scan.skipped.append(f"{display_path(path)}: links out of the inbox (to {display_path(target)})")
+            return
+        if entry.is_dir():
+            scan.skipped.append(f"{display_path(path)}: directory links are not followed")
+            return
+    elif entry.is_dir(follow_symlinks=False):
+        pending.append(path)
+        return
+    if not name.lower().endswith(DOCUMENT_SUFFIXES) or not entry.is_file():
+        return
+    stat = entry.stat()
+    previous = known.get(path)
+    if previous and (previous.size, previous.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+        scan.files[path] = previous
+        return
+    if sniff_document_kind(path) is None:
+        return
+    scan.files[path] = FileState(stat.st_size, stat.st_mtime_ns, file_sha256(path))
+    scan.restated.append(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 from vision_rag_pipeline.core.sniff import sniff_document_kind
@@ -28,3 +29,14 @@ def load_document(path: str | Path, source_path: str | None = None) -> LoadedDoc
             "size": len(data),
         }
     )
+
+
+def load_document_bytes(data: bytes, name: str, source_path: str) -> LoadedDocument:
+    """Load a document from its stored bytes; `name` is the original file name (messages, titles).
+
+    The loaders read files (pdfium maps them), so the bytes go to a private temporary file first.
+    """
+    with tempfile.TemporaryDirectory(prefix="vision-rag-doc-") as folder:
+        file = Path(folder) / Path(name).name
+        file.write_bytes(data)
+        return load_document(file, source_path=source_path)

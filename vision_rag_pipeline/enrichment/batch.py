@@ -19,6 +19,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import MllmFeature, RagConfig, cpu_threads
+from vision_rag_pipeline.core.sniff import is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE, EnrichmentCache, cache_key
 from vision_rag_pipeline.enrichment.cost import vision_tokens
@@ -30,7 +31,7 @@ from vision_rag_pipeline.enrichment.fusion import (
     parse_meta_content,
 )
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
-from vision_rag_pipeline.enrichment.ocr import OcrError, ocr_image
+from vision_rag_pipeline.enrichment.ocr import OcrError, detect_languages, ocr_image
 from vision_rag_pipeline.enrichment.preprocess import (
     ImageError,
     encode_for_vision,
@@ -47,14 +48,11 @@ class EnrichmentBatch(BaseModel):
     calls: int = 0  # enrichments computed (cache misses): OCR + fusion, plus the VLM when configured
     cache_hits: int = 0
     vision_tokens: int = 0  # what the provider bills for these images (low: 85; high/auto: by 512-px tiles)
+    engine: str = OFFLINE_ENGINE  # who computed them: "offline" (OCR + rules) or the vision endpoint
     errors: list[str] = Field(default_factory=list)
 
 
 # --- OCR on threads ------------------------------------------------------------------------------
-
-
-def _looks_like_svg(image: DocumentImage) -> bool:
-    return "svg" in image.mime.lower() or b"<svg" in image.data[:2048].lower()
 
 
 def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
@@ -80,9 +78,9 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
         try:
             picture = load_image(image.data, image.mime)
         except ImageError as exc:
-            return _svg_ocr(image.data) if _looks_like_svg(image) else (OcrResult(), str(exc))
+            return _svg_ocr(image.data) if is_svg(image.data, image.mime) else (OcrResult(), str(exc))
         try:
-            return ocr_image(picture, ocr_config.languages), None
+            return ocr_image(picture, detect_languages(picture, ocr_config.languages)), None
         except OcrError as exc:
             return OcrResult(), str(exc)
 
@@ -236,7 +234,7 @@ def enrich_document_images(
     hits = cache.get_many(keys.values(), expiry=features.cache.expiry) if use_cache else {}
 
     estimates = {sha: _token_estimate(image, features.mllm.detail_mode) for sha, image in unique.items()}
-    batch = EnrichmentBatch(vision_tokens=sum(estimates.values()))
+    batch = EnrichmentBatch(vision_tokens=sum(estimates.values()), engine=engine)
     sources = {sha: f"{document_name}/{image.name}" for sha, image in unique.items()}
     misses: dict[str, DocumentImage] = {}
     for sha, image in unique.items():

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
+from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 
 OFFLINE_ENGINE = "offline"
 
@@ -84,6 +84,7 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
         "features": enrichment.features.model_dump(mode="json"),
         "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers"}),
         "ocr_revision": OCR_REVISION,
+        "language_revision": LANGUAGE_REVISION,
         "fusion": enrichment.fusion.model_dump(mode="json"),
         "engine": engine,
     }

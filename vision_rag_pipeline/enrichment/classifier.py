@@ -26,10 +26,11 @@ import numpy as np
 from PIL import Image
 
 from vision_rag_pipeline.core.config import ClassifierFeature
+from vision_rag_pipeline.core.sniff import is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.ocr import OcrError, probe_text
-from vision_rag_pipeline.enrichment.preprocess import ImageError, is_svg, load_image, svg_text
+from vision_rag_pipeline.enrichment.preprocess import ImageError, load_image, svg_text
 
 # Bump when a change here changes verdicts: the image_verdicts code version includes it.
 CLASSIFIER_REVISION = 3

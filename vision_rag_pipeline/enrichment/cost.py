@@ -1,7 +1,7 @@
-"""Vision token estimates, computed the way OpenAI bills image inputs.
+"""What a vision provider does to an image before it looks at it, and what it bills for it (OpenAI's rules).
 
-Low detail is a flat 85 tokens. High detail fits the image in 2048×2048, then scales it
-so the short side is 768 px (never upscaling), and charges 85 + 170 per 512-px tile.
+Low detail fits the image in 512×512 and is a flat 85 tokens. High detail fits it in 2048×2048, then
+scales it so the short side is 768 px (never upscaling), and charges 85 + 170 per 512-px tile.
 `auto` lets the provider choose; we count it as high so the estimate is an upper bound.
 """
 
@@ -12,8 +12,24 @@ import math
 BASE_TOKENS = 85
 TOKENS_PER_TILE = 170
 TILE_PX = 512
+LOW_DETAIL_BOX = 512
 MAX_SIDE_PX = 2048
 SHORT_SIDE_PX = 768
+
+
+def _fit(size: tuple[int, int], box: int) -> tuple[int, int]:
+    width, height = size
+    scale = min(1.0, box / max(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))  # whole pixels, like the provider
+
+
+def vision_size(size: tuple[int, int], detail_mode: str) -> tuple[int, int]:
+    """The size the provider looks at: low fits 512x512; high/auto fit 2048x2048, then short side <= 768."""
+    if detail_mode == "low":
+        return _fit(size, LOW_DETAIL_BOX)
+    width, height = _fit(size, MAX_SIDE_PX)
+    scale = min(1.0, SHORT_SIDE_PX / min(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def vision_tokens(width: int, height: int, detail_mode: str) -> int:
@@ -24,9 +40,5 @@ def vision_tokens(width: int, height: int, detail_mode: str) -> int:
         return BASE_TOKENS
     if detail_mode not in ("high", "auto"):
         raise ValueError(f"detail_mode must be low, high or auto, got {detail_mode!r}")
-    fit = min(1.0, MAX_SIDE_PX / max(width, height))
-    w, h = max(1, round(width * fit)), max(1, round(height * fit))  # whole pixels, like the provider
-    shrink = min(1.0, SHORT_SIDE_PX / min(w, h))
-    w, h = max(1, round(w * shrink)), max(1, round(h * shrink))
-    tiles = math.ceil(w / TILE_PX) * math.ceil(h / TILE_PX)
-    return BASE_TOKENS + TOKENS_PER_TILE * tiles
+    w, h = vision_size((width, height), detail_mode)
+    return BASE_TOKENS + TOKENS_PER_TILE * math.ceil(w / TILE_PX) * math.ceil(h / TILE_PX)

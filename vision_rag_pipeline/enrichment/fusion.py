@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from vision_rag_pipeline.core.text import FUNCTION_WORDS
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.model import ImageType, OcrResult
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError
@@ -191,15 +192,9 @@ def infer_image_type(tags: list[str], ocr_text: str, hints: str = "") -> ImageTy
 
 # --- keywords ------------------------------------------------------------------------------------
 
-_STOP_WORDS_TEXT = """
-    a about above after again against all also am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have having
-    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
-    nor not now of off on once only or other our ours ourselves out over own per same she should so some such
-    than that the their theirs them themselves then there these they this those through to too under until up
-    very via was we were what when where which while who whom why will with within without would you your
-    yours yourself image picture figure fig photo shows shown showing"""
-_STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+# Words that say an image is an image: never a keyword of what it shows.
+_CAPTION_WORDS = frozenset({"image", "picture", "figure", "fig", "photo", "shows", "shown", "showing"})
+_NOT_KEYWORDS = FUNCTION_WORDS | _CAPTION_WORDS
 _TOKEN_RE = re.compile(r"\w[\w'’&.\-]*\w|\w")
 
 
@@ -209,7 +204,7 @@ def _keyword_candidates(text: str) -> list[str]:
         token = token.strip("'’.-_")
         has_letter = any(c.isalpha() for c in token)
         long_enough = len(token) >= 3 or any(c.isdigit() for c in token) or any(_is_cjk(c) for c in token)
-        if has_letter and long_enough and len(token) >= 2 and token.lower() not in _STOP_WORDS:
+        if has_letter and long_enough and len(token) >= 2 and token.lower() not in _NOT_KEYWORDS:
             found.append(token)
     return found
 

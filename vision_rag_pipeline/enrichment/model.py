@@ -11,16 +11,6 @@ ImageType = Literal["Image", "Screenshot", "Diagram", "Chart", "Photo", "Table",
 OcrLevel = Literal["High", "Medium", "Low"]
 
 
-def normalize_verdict(value: str) -> Verdict:
-    """Accept the reference architecture's name `GPT_VISION` for `VISION`."""
-    upper = value.strip().upper()
-    if upper in ("VISION", "GPT_VISION"):
-        return "VISION"
-    if upper == "IGNORE":
-        return "IGNORE"
-    raise ValueError(f"unknown verdict {value!r}: expected IGNORE, VISION or GPT_VISION")
-
-
 class ImageVerdict(BaseModel):
     image_sha256: str
     verdict: Verdict

@@ -16,18 +16,15 @@ from xml.parsers import expat
 import numpy as np
 from PIL import Image, ImageFilter, ImageOps, UnidentifiedImageError
 
+from vision_rag_pipeline.core.sniff import is_svg
+from vision_rag_pipeline.enrichment.cost import vision_size
+
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 # 40 megapixels: a 600 dpi A3 scan fits; a 50,000 x 50,000 "bomb" (2.5 GP) does not.
 MAX_IMAGE_PIXELS = 40_000_000
 # (Pillow's own guard, left at its default, refuses far larger ones while opening the header.)
 
-SVG_MIMES = frozenset({"image/svg+xml", "image/svg"})
 _SVG_TEXT_TAGS = frozenset({"text", "title", "desc"})
-
-# What the vision providers do to an image before billing it (OpenAI's published rules).
-LOW_DETAIL_BOX = 512
-HIGH_DETAIL_BOX = 2048
-HIGH_DETAIL_SHORT_SIDE = 768
 
 # Tesseract reads body text best from about 20 px font size up; smaller text is enlarged to ~20 px.
 OCR_TARGET_TEXT_HEIGHT = 20
@@ -38,14 +35,6 @@ RULE_LENGTH = 40  # px: a straight stroke this long is a rule or a bar edge, not
 
 class ImageError(ValueError):
     """An image that cannot be used; the message is one line naming the reason."""
-
-
-def is_svg(data: bytes, mime: str) -> bool:
-    """By declared type, or by content for SVG saved under a generic type (octet-stream)."""
-    if mime.split(";")[0].strip().lower() in SVG_MIMES:
-        return True
-    head = data[:1024].lstrip().lower()
-    return head.startswith((b"<?xml", b"<svg", b"<!--")) and b"<svg" in head
 
 
 def load_image(data: bytes, mime: str) -> Image.Image:
@@ -163,21 +152,6 @@ def svg_text(data: bytes) -> str:
     except expat.ExpatError as exc:
         raise ImageError(f"undecodable SVG: {_one_line(exc)}") from exc
     return "\n".join(lines)
-
-
-def _fit(size: tuple[int, int], box: int) -> tuple[int, int]:
-    width, height = size
-    scale = min(1.0, box / max(width, height))
-    return max(1, round(width * scale)), max(1, round(height * scale))
-
-
-def vision_size(size: tuple[int, int], detail_mode: str) -> tuple[int, int]:
-    """The size the provider looks at: low fits 512x512; high/auto fit 2048x2048, then short side <= 768."""
-    if detail_mode == "low":
-        return _fit(size, LOW_DETAIL_BOX)
-    width, height = _fit(size, HIGH_DETAIL_BOX)
-    scale = min(1.0, HIGH_DETAIL_SHORT_SIDE / min(width, height))
-    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def encode_for_vision(img: Image.Image, detail_mode: str) -> tuple[bytes, str, tuple[int, int]]:

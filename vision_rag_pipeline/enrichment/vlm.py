@@ -20,8 +20,7 @@ import email.utils
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vision_rag_pipeline.core.config import MllmFeature
@@ -79,17 +78,6 @@ class VisionClient:
             {"type": "image_url", "image_url": {"url": data_url(image), "detail": feature.detail_mode}},
         ]
         return self.complete(feature.model, [{"role": "user", "content": parts}], feature.llm_kwargs)
-
-    def describe(self, images: Sequence[VisionImage | tuple[bytes, str]], feature: MllmFeature) -> list[str]:
-        """One description per image (concurrent per-image calls); VisionError names the failed images."""
-        if not images:
-            return []
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(images))) as pool:
-            futures = [pool.submit(self.describe_one, img, feature) for img in images]
-        failures = [(i, f.exception()) for i, f in enumerate(futures) if f.exception() is not None]
-        if failures:
-            raise VisionError("; ".join(f"image {i}: {exc}" for i, exc in failures))
-        return [f.result() for f in futures]
 
     def fuse(self, system: str, user: str, model: str, llm_kwargs: dict[str, Any]) -> str:
         """A text-only chat completion (used to fuse a VLM description with OCR text)."""

@@ -93,11 +93,15 @@ class ElasticsearchSettings:
         return Elasticsearch(self.url, **options)
 
 
-def index_body(with_cjk: bool) -> dict[str, Any]:
-    """Settings and mapping of one concrete index version."""
+# Elasticsearch's built-in language analyzers, one sub-field each, searched together with the
+# English field: `cjk` cuts Chinese, Japanese and Korean into bigrams, `russian` stems Russian.
+LANGUAGE_ANALYZERS = ("cjk", "russian")
+
+
+def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any]:
+    """Settings and mapping of one concrete index version, with these language sub-fields."""
     text_fields: dict[str, Any] = {"standard": {"type": "text", "analyzer": "standard"}}
-    if with_cjk:
-        text_fields["cjk"] = {"type": "text", "analyzer": "cjk"}
+    text_fields |= {name: {"type": "text", "analyzer": name} for name in analyzers}
     return {
         "mappings": {
             "dynamic": "strict",
@@ -195,14 +199,18 @@ class ElasticsearchLexicalIndex:
         self._alias_ready = True
 
     def _create_version(self, name: str, *, aliased: bool) -> None:
-        """Create a concrete index; without the `cjk` analyzer when the server has none."""
+        """Create a concrete index, leaving out each language analyzer the server does not have."""
         aliases = {self.alias: {}} if aliased else None
-        try:
-            self.client.indices.create(index=name, aliases=aliases, **index_body(with_cjk=True))
-        except elasticsearch.BadRequestError as exc:
-            if "cjk" not in _reason(exc):
-                raise
-            self.client.indices.create(index=name, aliases=aliases, **index_body(with_cjk=False))
+        analyzers = LANGUAGE_ANALYZERS
+        while True:
+            try:
+                self.client.indices.create(index=name, aliases=aliases, **index_body(analyzers))
+                return
+            except elasticsearch.BadRequestError as exc:
+                missing = tuple(a for a in analyzers if a in _reason(exc))
+                if not missing:
+                    raise
+                analyzers = tuple(a for a in analyzers if a not in missing)
 
     def _search_fields(self, client: Elasticsearch) -> list[str]:
         if self._text_fields is None:

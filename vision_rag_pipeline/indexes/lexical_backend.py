@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vision_rag_pipeline.core.config import ES_URL_ENV
+from vision_rag_pipeline.core.config import ES_URL_ENV, MULTI_NODE_ENV, ConfigError, multi_node
 from vision_rag_pipeline.core.config import home as default_home
 from vision_rag_pipeline.indexes.lexical import LexicalIndex
 
@@ -15,11 +15,20 @@ def open_lexical_index(home: Path | None = None) -> LexicalIndex:
 
     Cheap to call on every query: both backends keep one open handle per process and target. Each
     backend's client library is imported only when it is the one chosen.
+
+    Refused when the deployment is multi-node (`VISION_RAG_MULTI_NODE`) without Elasticsearch:
+    tantivy is one index on one disk, and each host would write and search its own.
     """
     if os.environ.get(ES_URL_ENV):
         from vision_rag_pipeline.indexes.elasticsearch_index import open_elasticsearch_index
 
         return open_elasticsearch_index()
+    if multi_node():
+        raise ConfigError(
+            f"{MULTI_NODE_ENV} is set but {ES_URL_ENV} is not: with more than one host the lexical "
+            f"index must be Elasticsearch (tantivy keeps one index on one local disk, so each host "
+            f"would index and search only its own documents); set {ES_URL_ENV}"
+        )
     from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 
     return open_tantivy_index((home or default_home()) / "lexical")

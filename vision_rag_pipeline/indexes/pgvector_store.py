@@ -9,6 +9,7 @@ readers never see a half-written document.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,11 +66,6 @@ CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
 
 def _schema(dim: int) -> str:
     return _tables_ddl(dim) + _indexes_ddl()
-
-
-class VectorHit(BaseModel):
-    chunk_id: str
-    score: float  # cosine similarity
 
 
 _CHUNK_COLUMNS = (
@@ -162,24 +158,64 @@ class PgVectorStore:
     def count(self, document_id: str | None = None) -> int:
         return chunk_count(document_id, self.url)
 
-    def search(
+    def resolve_documents(self, values: Sequence[str]) -> list[str]:
+        """Document ids for values that are ids, source paths as ingested, or bare file names."""
+        names = [Path(v).name for v in values]
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT document_id FROM chunks WHERE document_id = ANY(%s)"
+                " OR metadata->>'source' = ANY(%s) OR regexp_replace(metadata->>'source', '^.*/', '') = ANY(%s)",
+                (list(values), list(values), names),
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    def nearest(
         self,
         vector: np.ndarray,
-        k: int,
+        limit: int,
         *,
         ef_search: int = 100,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
-    ) -> list[VectorHit]:
-        """Nearest chunks by cosine similarity (HNSW)."""
-        where, params = _filters(document_ids, kinds)
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, float]:
+        """{chunk id: cosine similarity} of the nearest chunks through the HNSW index, filters applied in the scan.
+
+        With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
+        so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
+        """
+        where, params = _filters(document_ids, kinds, metadata)
         with connect(self.url) as conn:
             conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+            if where:
+                conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
             rows = conn.execute(
-                f"SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks {where} ORDER BY embedding <=> %s LIMIT %s",
-                (Vector(vector), *params, Vector(vector), k),
+                f"SELECT chunk_id, 1 - (embedding <=> %s) AS similarity FROM chunks {where}"
+                " ORDER BY embedding <=> %s LIMIT %s",
+                (Vector(vector), *params, Vector(vector), limit),
             ).fetchall()
-        return [VectorHit(chunk_id=cid, score=float(score)) for cid, score in rows]
+        ordered = sorted(rows, key=lambda row: -row[1])  # relaxed order: nearly sorted, made exact here
+        return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
+
+    def similarities(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
+        if not chunk_ids:
+            return {}
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                "SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks WHERE chunk_id = ANY(%s)",
+                (Vector(vector), list(chunk_ids)),
+            ).fetchall()
+        return {chunk_id: float(similarity) for chunk_id, similarity in rows}
+
+    def matching(self, chunk_ids: Sequence[str], metadata: dict[str, Any]) -> set[str]:
+        """Those of `chunk_ids` whose metadata contains `metadata` (JSON containment)."""
+        where, params = _filters(None, None, metadata)
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id FROM chunks {where} AND chunk_id = ANY(%s)", (*params, list(chunk_ids))
+            ).fetchall()
+        return {row[0] for row in rows}
 
     def fetch(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         if not chunk_ids:
@@ -338,14 +374,20 @@ _IMAGE_COLUMNS = (
 )
 
 
-def _filters(document_ids: list[str] | None, kinds: list[str] | None) -> tuple[str, list[Any]]:
-    clauses, params = [], []
-    if document_ids:
+def _filters(
+    document_ids: list[str] | None, kinds: list[str] | None, metadata: dict[str, Any] | None = None
+) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if document_ids is not None:
         clauses.append("document_id = ANY(%s)")
         params.append(document_ids)
-    if kinds:
+    if kinds is not None:
         clauses.append("kind = ANY(%s)")
         params.append(kinds)
+    if metadata:
+        clauses.append("metadata @> %s")
+        params.append(Jsonb(metadata))
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

@@ -28,6 +28,12 @@ import fasteners
 import tantivy
 from tantivy import Document, Filter, Index, Occur, PreTokenizedString, Query, TextAnalyzerBuilder, Token
 
+from vision_rag_pipeline.core.text import (
+    RUSSIAN_QUESTION_WORDS,
+    RUSSIAN_STOP_WORDS,
+    cjk_bigrams,
+    without_chinese_stop_words,
+)
 from vision_rag_pipeline.indexes.lexical import (
     LexicalDoc,
     LexicalHit,
@@ -42,10 +48,6 @@ TANTIVY_LOCK_RETRY_S = 30.0
 WRITER_HEAP_BYTES = 64_000_000
 REBUILD_HEAP_BYTES = 256_000_000
 
-# Han, kana, Hangul: scripts written without spaces, indexed as character bigrams (like Lucene's cjk).
-_CJK_RUN = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ffff]+"
-)
 # The same pipeline as tantivy's built-in `en_stem`, plus English stop words removed from queries.
 _QUERY_ANALYZER = (
     TextAnalyzerBuilder(tantivy.Tokenizer.simple())
@@ -55,6 +57,18 @@ _QUERY_ANALYZER = (
     .filter(Filter.stemmer("english"))
     .build()
 )
+# Russian words, stemmed by Snowball and without stop words, in a field of their own: the English
+# field keeps them only lower-cased, so "выручка" would never meet "выручки". Only Cyrillic words
+# go there, so English text and queries score exactly as before.
+_RUSSIAN_ANALYZER = (
+    TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(Filter.remove_long(40))
+    .filter(Filter.lowercase())
+    .filter(Filter.custom_stopword(sorted(RUSSIAN_STOP_WORDS | RUSSIAN_QUESTION_WORDS)))
+    .filter(Filter.stemmer("russian"))
+    .build()
+)
+_CYRILLIC_WORD = re.compile(r"[\u0400-\u04ff][\w\u0400-\u04ff-]*")
 
 T = TypeVar("T")
 
@@ -66,6 +80,7 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("kind", tokenizer_name="raw")
     builder.add_text_field("text", tokenizer_name="en_stem")
     builder.add_text_field("text_cjk", tokenizer_name="raw", index_option="freq")
+    builder.add_text_field("text_ru", tokenizer_name="raw", index_option="freq")
     builder.add_unsigned_field("page", stored=True)
     builder.add_text_field("image", stored=True, tokenizer_name="raw")
     return builder.build()
@@ -74,20 +89,13 @@ def build_schema() -> tantivy.Schema:
 SCHEMA = build_schema()
 
 
-def cjk_tokens(text: str, *, with_unigrams: bool) -> list[str]:
-    """Overlapping character bigrams of each CJK run; a lone character stays a unigram.
+def russian_tokens(text: str) -> list[str]:
+    """Stems of the Cyrillic words of a text, in order (stop words dropped)."""
+    return _RUSSIAN_ANALYZER.analyze(" ".join(_CYRILLIC_WORD.findall(text)))
 
-    The index also keeps every character as a unigram so one-character queries still match.
-    """
-    tokens: list[str] = []
-    for run in _CJK_RUN.findall(text):
-        if len(run) == 1:
-            tokens.append(run)
-            continue
-        tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
-        if with_unigrams:
-            tokens.extend(run)
-    return tokens
+
+def _pre_tokenized(tokens: list[str]) -> PreTokenizedString:
+    return PreTokenizedString("", [Token(token, position, 0, 0) for position, token in enumerate(tokens)])
 
 
 def _to_tantivy(doc: LexicalDoc) -> Document:
@@ -96,10 +104,10 @@ def _to_tantivy(doc: LexicalDoc) -> Document:
         tv_doc.add_unsigned("page", doc.page)
     if doc.image is not None:
         tv_doc.add_text("image", doc.image)
-    cjk = cjk_tokens(doc.text, with_unigrams=True)
-    if cjk:
-        tokens = [Token(token, position, 0, 0) for position, token in enumerate(cjk)]
-        tv_doc.add_pre_tokenized_text("text_cjk", PreTokenizedString("", tokens))
+    if cjk := cjk_bigrams(doc.text, with_unigrams=True):
+        tv_doc.add_pre_tokenized_text("text_cjk", _pre_tokenized(cjk))
+    if russian := russian_tokens(doc.text):
+        tv_doc.add_pre_tokenized_text("text_ru", _pre_tokenized(russian))
     return tv_doc
 
 
@@ -108,12 +116,14 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 
 def build_query(query: str, document_ids: list[str] | None, kinds: list[str] | None) -> Query | None:
-    """A BM25 query over the stemmed and the CJK field, built from terms so no input is syntax."""
-    word_terms = [Query.term_query(SCHEMA, "text", term) for term in _unique(_QUERY_ANALYZER.analyze(query))]
-    cjk_terms = [
-        Query.term_query(SCHEMA, "text_cjk", term) for term in _unique(cjk_tokens(query, with_unigrams=False))
-    ]
-    should = word_terms + cjk_terms
+    """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed,
+    built from terms so no input is syntax."""
+    analysed = (
+        ("text", _QUERY_ANALYZER.analyze(query)),
+        ("text_cjk", cjk_bigrams(without_chinese_stop_words(query))),
+        ("text_ru", russian_tokens(query)),
+    )
+    should = [Query.term_query(SCHEMA, field, term) for field, terms in analysed for term in _unique(terms)]
     if not should:
         return None
     clauses = [(Occur.Must, Query.boolean_query([(Occur.Should, q) for q in should]))]
@@ -222,8 +232,8 @@ class TantivyLexicalIndex:
         except ValueError as exc:
             if "schema does not match" in str(exc):
                 raise LexicalIndexError(
-                    f"{path}: the lexical index was written with another schema; "
-                    "reindex every document with LexicalIndex.rebuild"
+                    f"{path}: the lexical index was written with another schema (an older version); "
+                    "rebuild it with `vision-rag reindex`"
                 ) from exc
             raise
 

@@ -26,28 +26,36 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
 from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
-from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
+from vision_rag_pipeline.core.text import (
+    CJK_RUN,
+    ENGLISH_STOP_WORDS,
+    QUESTION_WORDS,
+    RUSSIAN_QUESTION_WORDS,
+    RUSSIAN_STOP_WORDS,
+    cjk_bigrams,
+    without_chinese_stop_words,
+)
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
-from vision_rag_pipeline.query.search import Hit, chunk_similarities, search_queries
+from vision_rag_pipeline.query.search import Hit, search_queries, vector_store
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
-_QUESTION_WORD_LIST = (
-    "what which who whom whose when where why how did does do was were is are has have had much many "
-    "can could would should will shall"
-)
-_QUESTION_WORDS = frozenset(_QUESTION_WORD_LIST.split())
 _TERM = re.compile(r"[\w$%.,']*\w%?")
-_BOUNDARY = re.compile(r"(?<=[.!?:])\s+(?=[\"'(\[]?[A-Z0-9$])|\n\s*\n|\n(?=\s*[^a-z\s])")
+# Sentence ends: Latin/Cyrillic punctuation before a capital or digit, Chinese/Japanese full-width
+# punctuation anywhere (no space follows it), a blank line, a line break before a non-lower-case start.
+_BOUNDARY = re.compile(
+    r"(?<=[.!?:])\s+(?=[\"'(\[«„]?[A-ZА-ЯЁ0-9$])|(?<=[。！？；])\s*|\n\s*\n|\n(?=\s*[^a-zа-яё\s])"
+)
 _META_BLOCK = re.compile(r"<meta>.*?</meta>\s*<content>\s*|\s*</content>\s*$", re.S)
 _SUB_QUESTION_SPLIT = re.compile(
     r"\?\s+|;\s+|,?\s+and\s+(?=(?:what|which|who|when|where|why|how)\b)|,?\s+(?=also\b)", re.I
 )
 MAX_SENTENCE_CHARS = 400
+_NOT_TERMS = ENGLISH_STOP_WORDS | QUESTION_WORDS | RUSSIAN_STOP_WORDS | RUSSIAN_QUESTION_WORDS
 _IMAGE_CONTEXT = "\nContext: "  # how rule fusion appends the page text
 
 
@@ -113,11 +121,12 @@ SYSTEM_PROMPT = (
 
 
 def question_terms(text: str) -> set[str]:
-    """Content words of a question, lower-cased, reduced to a 5-letter stem so "approved" ~ "approve"."""
-    terms = set()
-    for token in _TERM.findall(text.lower()):
+    """Content words of a question, lower-cased, reduced to a 5-letter stem so "approved" ~ "approve"
+    (and "выручки" ~ "выручка"); Chinese and Japanese text, written without spaces, as character bigrams."""
+    terms = set(cjk_bigrams(without_chinese_stop_words(text)))
+    for token in _TERM.findall(CJK_RUN.sub(" ", text.lower())):
         token = token.strip(".,'")
-        if token and token not in ENGLISH_STOP_WORDS and token not in _QUESTION_WORDS:
+        if token and token not in _NOT_TERMS:
             terms.add(token[:5] if token.isalpha() else token)
     return terms
 
@@ -134,10 +143,11 @@ def _tokens(text: str) -> int:
 
 
 def relevant_context(
-    question_vector: np.ndarray, hits: list[Hit], answer: AnswerConfig
+    question_vector: np.ndarray, hits: list[Hit], config: RagConfig
 ) -> tuple[list[Hit], dict[str, float]]:
     """The hits worth showing the answerer: relevance filter, at most N documents, token budget."""
-    similarity = chunk_similarities(question_vector, [h.chunk_id for h in hits])
+    answer = config.answer
+    similarity = vector_store(config.embedding.model).similarities(question_vector, [h.chunk_id for h in hits])
     kept: list[Hit] = []
     documents: list[str] = []
     budget = answer.context_token_budget
@@ -364,7 +374,7 @@ def ask(
         queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
     hits = search_queries(queries, k, config=config)
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
-    context, _ = relevant_context(question_vector, hits, settings)
+    context, _ = relevant_context(question_vector, hits, config)
     client = client or (vision_client_from_env() if settings.use_llm else None)
 
     located: list[tuple[Hit, Match]] = []

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.sniff import image_mime, is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
-from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, ImageError, is_svg, load_image
+from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, ImageError, load_image
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 QUERY_DOCUMENT = "query"
@@ -39,7 +40,7 @@ def query_image(image: str | Path | bytes, name: str = "query-image") -> Documen
             raise QueryImageError(f"{path}: cannot read the query image: {exc.strerror}") from exc
     if len(data) > MAX_IMAGE_BYTES:
         raise QueryImageError(f"{label}: {len(data):,} bytes is over the 20 MB image limit")
-    mime = _mime(data)
+    mime = image_mime(data) or "application/octet-stream"  # load_image still tries PIL's own detection
     if not is_svg(data, mime):  # an SVG is read from its own text, as at indexing
         try:
             load_image(data, mime)
@@ -48,15 +49,6 @@ def query_image(image: str | Path | bytes, name: str = "query-image") -> Documen
     return DocumentImage(url=f"query:{label}", name=label, mime=mime, data=data)
 
 
-def _mime(data: bytes) -> str:
-    if b"<svg" in data[:2048].lower():
-        return "image/svg+xml"
-    for magic, mime in ((b"\x89PNG", "image/png"), (b"\xff\xd8", "image/jpeg"), (b"GIF8", "image/gif")):
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"  # load_image still tries PIL's own detection
 
 
 def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> str:

@@ -22,12 +22,14 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.annotations import find_annotations
+from vision_rag_pipeline.core.text import CJK_CHAR
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import BBox, DocumentError, LoadedDocument
 from vision_rag_pipeline.query.search import Hit
 
 MIN_MATCH_RATIO = 0.75  # below this an excerpt is not considered found in the chunk
-_WORD_START = re.compile(r"(?<!\w)\w")
+# where an excerpt may start or end: a word boundary, or any character of a script written without spaces
+_WORD_START = re.compile(rf"(?<!\w)\w|{CJK_CHAR.pattern}")
 _SPACES = re.compile(r"\s+")
 
 
@@ -104,13 +106,18 @@ def find_excerpt(excerpt: str, text: str, min_ratio: float = MIN_MATCH_RATIO) ->
 
 
 def _word_end(text: str, end: int) -> int:
-    """Extend a cut-off last word to its end, so an excerpt never stops mid-word."""
-    while end < len(text) and end > 0 and text[end - 1].isalnum() and text[end].isalnum():
+    """Extend a cut-off last word to its end, so an excerpt never stops mid-word (Chinese has no
+    words to finish: every character is a boundary)."""
+    while end < len(text) and end > 0 and _continues_word(text[end - 1]) and _continues_word(text[end]):
         end += 1
     return end
 
 
 @lru_cache(maxsize=16)
+def _continues_word(char: str) -> bool:
+    return char.isalnum() and not CJK_CHAR.match(char)
+
+
 def _load(path: str, mtime_ns: int, size: int) -> LoadedDocument | None:
     """The source document's elements, cached per file version (mtime and size are the key)."""
     try:

@@ -14,15 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-import numpy as np
-from pgvector import Vector
-from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
-from vision_rag_pipeline.core.postgres import connect
-from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
+from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS, QUESTION_WORDS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -94,78 +90,13 @@ def fuse(rankings: list[Ranking], retrieval: RetrievalConfig) -> dict[str, float
 
 
 @lru_cache(maxsize=4)
-def _vector_store(model: str) -> PgVectorStore:
+def vector_store(model: str) -> PgVectorStore:
     """Opening the store creates the schema and checks the embedding dimension, once per process."""
     return PgVectorStore(embedding_dimension(model))
 
 
-def resolve_documents(values: Sequence[str]) -> list[str]:
-    """Document ids for values that are ids, source paths as ingested, or bare file names."""
-    names = [Path(v).name for v in values]
-    with connect() as conn:
-        rows = conn.execute(
-            "SELECT DISTINCT document_id FROM chunks WHERE document_id = ANY(%s)"
-            " OR metadata->>'source' = ANY(%s) OR regexp_replace(metadata->>'source', '^.*/', '') = ANY(%s)",
-            (list(values), list(values), names),
-        ).fetchall()
-    return sorted(row[0] for row in rows)
-
-
-def _where(document_ids: list[str] | None, kinds: list[str] | None, metadata: dict[str, Any] | None):
-    clauses: list[str] = []
-    params: list[Any] = []
-    if document_ids is not None:
-        clauses.append("document_id = ANY(%s)")
-        params.append(document_ids)
-    if kinds is not None:
-        clauses.append("kind = ANY(%s)")
-        params.append(kinds)
-    if metadata:
-        clauses.append("metadata @> %s")
-        params.append(Jsonb(metadata))
-    return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-def vector_ranking(
-    vector: np.ndarray,
-    limit: int,
-    ef_search: int,
-    document_ids: list[str] | None = None,
-    kinds: list[str] | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> dict[str, float]:
-    """Nearest chunks by cosine similarity through the HNSW index, filters applied in the scan.
-
-    With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
-    so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
-    """
-    where, params = _where(document_ids, kinds, metadata)
-    with connect() as conn:
-        conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-        if where:
-            conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-        rows = conn.execute(
-            f"SELECT chunk_id, 1 - (embedding <=> %s) AS similarity FROM chunks {where}"
-            " ORDER BY embedding <=> %s LIMIT %s",
-            (Vector(vector), *params, Vector(vector), limit),
-        ).fetchall()
-    ordered = sorted(rows, key=lambda row: -row[1])  # relaxed order: nearly sorted, made exact here
-    return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
-
-
-def chunk_similarities(vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
-    """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
-    if not chunk_ids:
-        return {}
-    with connect() as conn:
-        rows = conn.execute(
-            "SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks WHERE chunk_id = ANY(%s)",
-            (Vector(vector), list(chunk_ids)),
-        ).fetchall()
-    return {chunk_id: float(similarity) for chunk_id, similarity in rows}
-
-
 def _lexical_ranking(
+    store: PgVectorStore,
     query: str,
     limit: int,
     document_ids: list[str] | None,
@@ -177,12 +108,7 @@ def _lexical_ranking(
     hits = open_lexical_index().search(query, fetch, document_ids=document_ids, kinds=kinds)
     scores = {hit.chunk_id: hit.score for hit in hits}
     if metadata and scores:
-        where, params = _where(None, None, metadata)
-        with connect() as conn:
-            rows = conn.execute(
-                f"SELECT chunk_id FROM chunks {where} AND chunk_id = ANY(%s)", (*params, list(scores))
-            ).fetchall()
-        kept = {row[0] for row in rows}
+        kept = store.matching(list(scores), metadata)
         scores = {cid: s for cid, s in scores.items() if cid in kept}
     return dict(list(scores.items())[:limit])
 
@@ -208,8 +134,8 @@ def search_queries(
     if filters.kinds is not None and (unknown := set(filters.kinds) - set(CHUNK_KINDS)):
         raise ValueError(f"unknown chunk kind(s) {sorted(unknown)}; use text, table or image")
     retrieval = config.retrieval
-    store = _vector_store(config.embedding.model)
-    document_ids = resolve_documents(filters.documents) if filters.documents is not None else None
+    store = vector_store(config.embedding.model)
+    document_ids = store.resolve_documents(filters.documents) if filters.documents is not None else None
     if document_ids == []:
         return []
     pool = max(k, retrieval.candidates)
@@ -217,7 +143,7 @@ def search_queries(
     lexical_rankings: list[Ranking] = []
     if mode in ("hybrid", "lexical"):
         for text, weight in queries:
-            scores = _lexical_ranking(text, pool, document_ids, filters.kinds, filters.metadata)
+            scores = _lexical_ranking(store, text, pool, document_ids, filters.kinds, filters.metadata)
             lexical_rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
     asked = content_query(queries[0][0])
     rescore = bool(retrieval.content_rerank_depth and asked and mode != "lexical")
@@ -230,13 +156,18 @@ def search_queries(
             precision=config.embedding.precision,
         )
         for (_, weight), vector in zip(queries, vectors[: len(queries)], strict=True):
-            scores = vector_ranking(
-                vector, pool, retrieval.ef_search, document_ids, filters.kinds, filters.metadata
+            scores = store.nearest(
+                vector,
+                pool,
+                ef_search=retrieval.ef_search,
+                document_ids=document_ids,
+                kinds=filters.kinds,
+                metadata=filters.metadata,
             )
             rankings.append(Ranking(scores, weight * retrieval.vector_weight))
         if rescore:  # every candidate: the fused head is known only later
             candidates = set().union(*(r.scores for r in rankings + lexical_rankings))
-            similarities = chunk_similarities(vectors[-1], sorted(candidates))
+            similarities = store.similarities(vectors[-1], sorted(candidates))
     rankings += lexical_rankings
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
@@ -256,31 +187,6 @@ def search_queries(
 
 _IDENTIFIER = re.compile(r"\b(?:[A-Z][\w&'-]*[a-z][\w&'-]*|Q[1-4]|(?:19|20)\d\d)\b")
 _WORD = re.compile(r"[\w&'’-]+")
-_QUESTION_WORDS = frozenset(
-    [
-        "how",
-        "many",
-        "much",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "why",
-        "according",
-        "did",
-        "does",
-        "do",
-        "was",
-        "were",
-        "is",
-        "are",
-    ]
-)
-
-
 _MONTHS = (
     "january",
     "february",
@@ -311,7 +217,7 @@ def query_identifiers(query: str) -> set[str]:
     """
     tokens = {_normalized(token) for token in _IDENTIFIER.findall(query)}
     quarters = {f"q{_MONTHS.index(month.lower()) // 3 + 1}" for month in _MONTH_AND_YEAR.findall(query)}
-    return (tokens | quarters) - ENGLISH_STOP_WORDS - _QUESTION_WORDS
+    return (tokens | quarters) - ENGLISH_STOP_WORDS - QUESTION_WORDS
 
 
 def _normalized(token: str) -> str:
@@ -334,7 +240,7 @@ def content_query(query: str) -> str:
         for word in _WORD.findall(query)
         if _normalized(word) not in dropped
         and word.lower() not in ENGLISH_STOP_WORDS
-        and word.lower() not in _QUESTION_WORDS
+        and word.lower() not in QUESTION_WORDS
     ]
     return " ".join(kept)
 

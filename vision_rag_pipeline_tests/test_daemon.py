@@ -1,0 +1,245 @@
+"""Sensors and the schedule driven by a real `dagster-daemon` (its own code server and run workers),
+on a temporary instance: what a user of the inbox sees, not what a sensor function returns.
+
+One deployment for the module, in scenario order: a file dropped into the inbox is ingested and
+searchable; a prompt change in the config file re-enriches its partition without any reload; deleting
+the file removes its rows from both indexes; the nightly reindex, its cron set by
+VISION_RAG_REINDEX_CRON to one minute inside the test's window, is launched by the scheduler. Runs are
+queued one at a time (`concurrency.runs.max_concurrent_runs: 1`): the machine is small, and a reindex racing a
+removal is not what these tests are about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+import dagster as dg
+import psutil
+import psycopg
+import pytest
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.scheduler.instigation import TickStatus
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.runner import write_local_instance_config
+from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+PDF = REPO / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_operations_review.pdf"
+TICK_SECONDS = 5
+RUN_TIMEOUT = 240  # a whole ingest run (nine step processes) on a busy two-core machine takes ~50 s
+STALE_AFTER_PROMPT = {
+    "image_enrichments",
+    "document_chunks",
+    "chunk_embeddings",
+    "pgvector_index",
+    "lexical_index",
+}
+
+T = TypeVar("T")
+
+
+class Deployment(NamedTuple):
+    instance: dg.DagsterInstance
+    inbox: Path
+    config: Path
+    env: dict[str, str]
+    log: Path
+
+
+def wait_for(what: str, check: Callable[[], T | None], deployment: Deployment, timeout: float) -> T:
+    """Poll `check` until it returns something truthy; fail with the daemon's last words otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            tail = "\n".join(deployment.log.read_text(errors="replace").splitlines()[-40:])
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; daemon log:\n{tail}")
+        time.sleep(1)
+
+
+def runs(deployment: Deployment, **tags: str) -> list[dg.DagsterRun]:
+    return list(deployment.instance.get_runs(dg.RunsFilter(tags=tags)))
+
+
+def finished_run(deployment: Deployment, what: str, **tags: str) -> dg.DagsterRun:
+    """The run with these tags, once it finished; a failed run fails the test at once."""
+
+    def done() -> dg.DagsterRun | None:
+        for run in runs(deployment, **tags):
+            if run.status == dg.DagsterRunStatus.FAILURE:
+                pytest.fail(f"{what}: run {run.run_id} failed")
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                return run
+        return None
+
+    return wait_for(what, done, deployment, RUN_TIMEOUT)
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGINT the daemon's process group (daemon, code server, run workers), then SIGKILL what is left."""
+    try:
+        family = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        family = [process.pid]
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def deployment(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("daemon")
+    home, inbox, config = root / "home", root / "inbox", root / "rag.yaml"
+    dagster_home = home / "dagster"
+    inbox.mkdir()
+    config.write_text("id: daemon-test\n")
+    # The project's own local instance, queued one run at a time.
+    write_local_instance_config(dagster_home)
+    instance_yaml = dagster_home / "dagster.yaml"
+    instance_yaml.write_text(
+        instance_yaml.read_text().replace(
+            "concurrency:\n", "concurrency:\n  runs:\n    max_concurrent_runs: 1\n"
+        )
+    )
+    database = f"daemon_{uuid.uuid4().hex[:10]}"  # its own index database on the session's server
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    reindex_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=150)
+    env = os.environ | {
+        "PYTHONPATH": str(REPO),
+        "VISION_RAG_HOME": str(home),
+        "DAGSTER_HOME": str(dagster_home),
+        "VISION_RAG_PG_URL": make_conninfo(**(conninfo_to_dict(pg_url) | {"dbname": database})),
+        "VISION_RAG_INBOX": str(inbox),
+        "VISION_RAG_CONFIG": str(config),
+        "VISION_RAG_SENSOR_INTERVAL_SECONDS": str(TICK_SECONDS),
+        # Fires once, at a minute about two and a half minutes from now (UTC, the schedule's timezone).
+        "VISION_RAG_REINDEX_CRON": f"{reindex_at.minute} {reindex_at.hour} * * *",
+    }
+    log = root / "daemon.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dagster-daemon"),
+                "run",
+                "-m",
+                "vision_rag_pipeline.definitions",
+            ],
+            cwd=root,  # not the repository root, whose dagster.yaml is the production instance
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # one process group to stop, with everything it starts
+            # Started from a script, Dagster ignores SIGINT unless it is back to its default.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    try:
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home))) as instance,
+        ):
+            for name in ("VISION_RAG_HOME", "VISION_RAG_PG_URL", "VISION_RAG_INBOX", "VISION_RAG_CONFIG"):
+                patch.setenv(name, env[name])  # this process searches the deployment's indexes
+            yield Deployment(instance, inbox, config, env, log)
+    finally:
+        _kill_tree(process)
+
+
+@pytest.fixture(scope="module")
+def document_id(deployment: Deployment) -> str:
+    return document_id_for(deployment.inbox / PDF.name)
+
+
+def test_a_dropped_file_is_partitioned_ingested_and_searchable(deployment: Deployment, document_id: str):
+    from vision_rag_pipeline.query.search import search
+
+    shutil.copy(PDF, deployment.inbox)
+
+    wait_for(
+        "the inbox sensor to add the partition",
+        lambda: document_id in deployment.instance.get_dynamic_partitions(documents_partitions.name),
+        deployment,
+        RUN_TIMEOUT,
+    )
+    run = finished_run(deployment, "the ingest run", **{"dagster/partition": document_id})
+    assert run.job_name == "ingest_document" and run.tags["dagster/sensor_name"] == "inbox_sensor"
+    hits = search("What dividend did the board approve?", k=5, document_ids=[document_id])
+    assert any("0.42" in hit.text for hit in hits), [hit.text[:80] for hit in hits]
+
+
+def test_a_prompt_change_re_enriches_the_partition_without_a_reload(deployment: Deployment, document_id: str):
+    from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, code_versions
+
+    deployment.config.write_text(
+        "id: daemon-test\nmedia_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n"
+    )
+    new_version = code_versions()["image_enrichments"]  # this process reads the file just written
+
+    run = finished_run(deployment, "the re-enrichment run", **{"dagster/sensor_name": "version_sensor"})
+
+    assert run.tags["dagster/partition"] == document_id
+    assert {key.to_user_string() for key in run.asset_selection} == STALE_AFTER_PROMPT
+    latest = deployment.instance.get_latest_materialization_event(
+        dg.AssetKey("image_enrichments")
+    ).asset_materialization
+    assert latest.partition == document_id and latest.tags[CODE_VERSION_TAG] == new_version
+    time.sleep(2 * TICK_SECONDS)  # the recorded versions now match the file: nothing more to re-run
+    assert len(runs(deployment, **{"dagster/sensor_name": "version_sensor"})) == 1
+
+
+def test_a_deleted_file_leaves_the_partitions_and_both_indexes(deployment: Deployment, document_id: str):
+    from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
+    from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
+
+    store, lexical = PgVectorStore(384), open_lexical_index()
+    assert store.count(document_id) > 0 and lexical.count(document_id) > 0
+    (deployment.inbox / PDF.name).unlink()
+
+    finished_run(deployment, "the removal run", **{"vision_rag/document_id": document_id})
+
+    assert document_id not in deployment.instance.get_dynamic_partitions(documents_partitions.name)
+    assert store.count(document_id) == 0 and lexical.count(document_id) == 0
+    assert document_id not in {doc.document_id for doc in DocumentRegistry().all()}
+
+
+def test_the_nightly_reindex_is_launched_by_the_scheduler(deployment: Deployment):
+    run = finished_run(deployment, "the scheduled reindex", **{"dagster/schedule_name": "daily_reindex"})
+    assert run.job_name == "reindex"
+
+
+def test_no_sensor_or_schedule_tick_failed(deployment: Deployment):
+    states = deployment.instance.all_instigator_state()
+    assert {state.instigator_name for state in states} >= {"inbox_sensor", "version_sensor", "daily_reindex"}
+    failed = {
+        state.instigator_name: [tick.error.message for tick in ticks]
+        for state in states
+        if (
+            ticks := deployment.instance.get_ticks(
+                state.instigator_origin_id, state.selector_id, statuses=[TickStatus.FAILURE]
+            )
+        )
+    }
+    assert not failed

@@ -1,0 +1,157 @@
+"""The Kubernetes path in deploy/, checked without a cluster, Helm or kubeconform (none is installable
+offline here): the instance file against Dagster's own instance schema and dagster-k8s'
+K8sRunLauncher schema, the run config against k8s_job_executor's schema on the real job, and the
+Helm values for the official chart against the instance they must render (same launcher settings,
+queue, pools, retries) and against the rest of the project (code location name, image, secrets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import dagster
+import pytest
+import yaml
+from dagster._config import process_config
+from dagster._core.instance.config import dagster_instance_config
+from dagster_k8s import K8sRunLauncher
+
+from vision_rag_pipeline.core.config import MULTI_NODE_ENV
+from vision_rag_pipeline.defs.definitions import EXECUTOR_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE = "vision_rag_pipeline.definitions"
+SHARED_WITH_DOCKER = (
+    "storage",
+    "run_coordinator",
+    "concurrency",
+    "run_retries",
+    "run_monitoring",
+    "telemetry",
+    "nux",
+)
+
+
+def _load(name: str) -> Any:
+    return yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def instance() -> dict[str, Any]:
+    return _load("deploy/k8s/dagster.yaml")
+
+
+@pytest.fixture(scope="module")
+def values() -> dict[str, Any]:
+    return _load("deploy/helm/values.yaml")
+
+
+def test_the_k8s_instance_passes_dagsters_schema_and_the_k8s_run_launchers(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "deploy/k8s/dagster.yaml", tmp_path / "dagster.yaml")
+    config, _ = dagster_instance_config(str(tmp_path))
+    launcher = config["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == ("dagster_k8s", "K8sRunLauncher")
+    checked = process_config(K8sRunLauncher.config_type(), launcher["config"])
+    assert checked.success, [error.message for error in checked.errors]
+    assert f"{MULTI_NODE_ENV}=1" in launcher["config"]["env_vars"]  # run pods refuse tantivy
+
+
+def test_the_k8s_instance_differs_from_dockers_only_by_its_run_launcher(instance: dict[str, Any]) -> None:
+    docker = _load("docker/dagster.yaml")
+    for key in SHARED_WITH_DOCKER:
+        assert instance[key] == docker[key], key
+    assert set(instance) - set(docker) == {"run_launcher"}
+
+
+def test_the_helm_values_render_the_k8s_instance(values: dict[str, Any], instance: dict[str, Any]) -> None:
+    launcher = instance["run_launcher"]["config"]
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
+    assert [secret["name"] for secret in k8s["envSecrets"]] == launcher["env_secrets"]
+    assert k8s["envVars"] == launcher["env_vars"]
+    assert k8s["runK8sConfig"]["containerConfig"] == launcher["run_k8s_config"]["container_config"]
+
+    daemon = values["dagsterDaemon"]
+    coordinator = daemon["runCoordinator"]
+    assert coordinator["type"] == instance["run_coordinator"]["class"]
+    runs = instance["concurrency"]["runs"]["max_concurrent_runs"]
+    assert coordinator["config"]["queuedRunCoordinator"]["maxConcurrentRuns"] == runs
+    assert daemon["runRetries"] == {
+        "enabled": instance["run_retries"]["enabled"],
+        "maxRetries": instance["run_retries"]["max_retries"],
+    }
+    monitoring = instance["run_monitoring"]
+    assert daemon["runMonitoring"] == {
+        "enabled": monitoring["enabled"],
+        "startTimeoutSeconds": monitoring["start_timeout_seconds"],
+        "pollIntervalSeconds": monitoring["poll_interval_seconds"],
+    }
+    pools = instance["concurrency"]["pools"]
+    assert values["concurrency"]["pools"] == {
+        "defaultLimit": pools["default_limit"],
+        "granularity": pools["granularity"],
+    }
+    assert values["telemetry"] == instance["telemetry"]
+    assert values["postgresql"]["enabled"] is False  # the index needs pgvector: bring a Postgres that has it
+
+
+def test_the_helm_code_location_keeps_its_name_and_every_pod_is_told_it_is_multi_node(
+    values: dict[str, Any],
+) -> None:
+    [deployment] = values["dagster-user-deployments"]["deployments"]
+    args = deployment["dagsterApiGrpcArgs"]
+    assert args[args.index("-m") + 1] == MODULE
+    assert args[args.index("--location-name") + 1] == MODULE
+    [server] = values["dagsterWebserver"]["workspace"]["servers"]
+    assert (server["host"], server["port"], server["name"]) == (
+        deployment["name"],
+        deployment["port"],
+        MODULE,
+    )
+    assert {"name": MULTI_NODE_ENV, "value": "1"} in deployment["env"]
+    assert [s["name"] for s in deployment["envSecrets"]] == [
+        s["name"] for s in values["runLauncher"]["config"]["k8sRunLauncher"]["envSecrets"]
+    ]
+    assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
+
+
+def test_the_chart_version_is_the_dagster_version(values: dict[str, Any]) -> None:
+    text = (ROOT / "deploy/helm/values.yaml").read_text(encoding="utf-8")
+    assert set(re.findall(r"--version (\S+)", text)) == {dagster.__version__}
+    pinned = re.search(r'"dagster==([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pinned and pinned[1] == dagster.__version__
+
+
+_EXECUTOR_PROBE = """
+import json, sys, yaml, dagster as dg
+from vision_rag_pipeline.defs.definitions import defs
+job = defs.resolve_job_def("ingest_document")
+config = yaml.safe_load(open(sys.argv[1]))
+dg.validate_run_config(job, config)
+print(json.dumps({"executor": job.executor_def.name}))
+"""
+
+
+def _probe(env_value: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _EXECUTOR_PROBE, str(ROOT / "deploy/k8s/run_config.yaml")],
+        env={**os.environ, EXECUTOR_ENV: env_value, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_k8s_job_executor_is_chosen_by_the_environment_and_accepts_the_run_config() -> None:
+    probe = _probe("k8s_job")
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert json.loads(probe.stdout.splitlines()[-1]) == {"executor": "k8s"}
+    wrong = _probe("celery")
+    assert wrong.returncode != 0 and f"{EXECUTOR_ENV}='celery'" in wrong.stderr

@@ -1,0 +1,226 @@
+"""Chinese and Russian documents end to end: script detection and OCR per image, Russian stemming
+and Chinese bigrams in the lexical index, sentences and excerpts in offline answers, the ingest
+summary's languages and warnings. Pages come from bench/evalset_languages.py (PIL + Noto CJK /
+DejaVu fonts); OCR tests skip when Tesseract lacks chi_sim or rus."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image, ImageDraw
+
+from vision_rag_pipeline.cli import main
+from vision_rag_pipeline.core.text import cjk_bigrams, text_language
+from vision_rag_pipeline.embeddings.encoder import (
+    EmbeddingModelError,
+    _location,
+    encode,
+    english_only_warning,
+    model_languages,
+)
+from vision_rag_pipeline.enrichment import ocr
+from vision_rag_pipeline.indexes.tantivy_index import build_query, russian_tokens
+from vision_rag_pipeline.query.ask import question_terms, sentences
+from vision_rag_pipeline.query.localize import find_excerpt
+from vision_rag_pipeline_tests.conftest import bench_module
+
+evalset_languages = bench_module("evalset_languages")
+LANGUAGES = evalset_languages.OCR_LANGUAGES  # eng, chi_sim, rus
+
+needs_ocr_languages = pytest.mark.skipif(
+    not {"chi_sim", "rus"} <= ocr.available_languages(), reason="Tesseract lacks chi_sim or rus traineddata"
+)
+needs_fonts = pytest.mark.skipif(
+    not all(Path(font).exists() for font in evalset_languages.FONTS.values()),
+    reason="fonts-noto-cjk / DejaVu Sans not installed",
+)
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, object]:
+    """One planned report per language (its facts and the images drawn from them)."""
+    plans = evalset_languages.plan(1, seed=5)
+    return {report.language: report for report in plans}
+
+
+def _digits(text: str) -> str:
+    return text.replace(",", ".")
+
+
+# --- OCR: which languages an image is read with ----------------------------------------------------
+
+
+@needs_ocr_languages
+@needs_fonts
+@pytest.mark.parametrize("language,traineddata", [("zh", "chi_sim"), ("ru", "rus")])
+@pytest.mark.parametrize("kind", ["slide", "chart", "scan"])
+def test_each_image_is_read_in_its_own_language_and_its_facts_come_out(
+    reports: dict, language: str, traineddata: str, kind: str
+) -> None:
+    report = reports[language]
+    if kind == "slide":
+        image, facts = evalset_languages.render_slide(report), [value for _, value, _ in report.slide]
+    elif kind == "chart":
+        image, facts = evalset_languages.render_chart(report), [value for _, value in report.chart]
+    else:
+        image = evalset_languages.render_scan(report, random.Random(3))
+        facts = [value for _, value, _ in report.scan]
+    chosen = ocr.detect_languages(image, LANGUAGES)
+    assert chosen[0] == traineddata
+    assert ("eng" in chosen) == (language == "zh"), "English helps Chinese pages with their numbers"
+    result = ocr.ocr_image(image, chosen)
+    assert result.languages == chosen
+    # a decimal comma may come back as a point: the number is what counts here
+    found = [fact for fact in facts if _digits(fact) in _digits(result.text)]
+    assert len(found) >= len(facts) - 1, f"{kind}: {result.text!r} misses {set(facts) - set(found)}"
+    assert text_language(result.text) == language
+
+
+@needs_ocr_languages
+def test_an_english_image_is_read_in_english_alone_even_with_more_languages_configured() -> None:
+    image = Image.new("RGB", (700, 160), "white")
+    ImageDraw.Draw(image).text(
+        (20, 40), "Q3 revenue grew 12.4%", font=evalset_languages._font("ru", 40), fill="black"
+    )
+    assert ocr.detect_languages(image, LANGUAGES) == ["eng"]
+    assert "Q3 revenue grew 12.4%" in ocr.ocr_image(image, ["eng"]).text
+
+
+def test_one_configured_language_is_used_without_a_detection_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ocr, "_run_tesseract", lambda *a: pytest.fail("no detection read expected"))
+    assert ocr.detect_languages(Image.new("L", (50, 50), 255), ["eng"]) == ["eng"]
+
+
+def test_a_missing_ocr_language_is_named_with_the_package_that_installs_it() -> None:
+    assert ocr.missing_languages(["eng", "xyz_test"]) == ["xyz_test"]
+    message = ocr.missing_language_warning("chi_tra")
+    assert "apt-get install tesseract-ocr-chi-tra" in message and "not installed" in message
+    assert ocr.usable_languages(["xyz_test", "eng"]) == ["eng"]
+
+
+# --- what language a text is in ---------------------------------------------------------------------
+
+
+@given(st.text(alphabet="абвгдеёжзийклмнопрстуфхцчшщъыьэюя ", min_size=1).filter(str.strip))
+def test_cyrillic_text_is_russian(text: str) -> None:
+    assert text_language(text) == "ru"
+
+
+def test_text_language_by_main_script() -> None:
+    assert text_language("营业收入 48.7 亿元, Q3 revenue") == "zh"  # a Han character weighs like a word
+    assert text_language("売上高は増えました") == "ja"
+    assert text_language("Revenue grew") == "en"
+    assert text_language("12.5 %") is None
+
+
+# --- lexical analysis -----------------------------------------------------------------------------
+
+
+def test_russian_words_are_stemmed_and_english_queries_do_not_touch_the_russian_field() -> None:
+    assert russian_tokens("Выручка компании") == russian_tokens("выручки компаний")
+    assert russian_tokens("Revenue grew in Q3") == []
+    assert "выручк" in str(build_query("Какой была выручка?", None, None))
+
+
+def test_chinese_question_words_are_not_searched() -> None:
+    assert cjk_bigrams("营业收入是多少") != []
+    query = str(build_query("营业收入是多少？", None, None))
+    assert '"多少"' not in query and '"营业"' in query  # bigram terms; "是多" spans the cut: gone too
+    assert '"是多"' not in query
+
+
+# --- offline answers and citations ------------------------------------------------------------------
+
+
+def test_chinese_and_russian_sentences_are_split_at_their_own_punctuation() -> None:
+    chinese = "本季度营业收入为48.7亿元。净利润为5.41亿元！客户满意度为71.7分。"
+    assert [chinese[a:b] for a, b in sentences(chinese)] == [
+        "本季度营业收入为48.7亿元。",
+        "净利润为5.41亿元！",
+        "客户满意度为71.7分。",
+    ]
+    russian = "Выручка составила 916,5 млн руб. Чистая прибыль составила 45,2 млн руб."
+    assert len(sentences(russian)) == 2
+
+
+def test_question_terms_meet_inflected_russian_and_unspaced_chinese() -> None:
+    assert question_terms("Какова выручка компании?") & question_terms("Выручки компаний выросли")
+    assert {"营业", "收入"} <= question_terms("营业收入是多少？")
+    assert "多少" not in question_terms("营业收入是多少？")
+
+
+def test_an_excerpt_inside_a_chinese_run_is_found_and_cut_at_characters() -> None:
+    text = "北辰科技本季度营业收入为48.7亿元同比增长12.3%"
+    exact = find_excerpt("营业收入为48.7亿元", text)
+    assert exact and text[exact.start : exact.end] == "营业收入为48.7亿元"
+    fuzzy = find_excerpt("营业收入为48.1亿元", text)  # one character misread
+    # the match ends where the excerpt does, not at the end of the unspaced run ("...同比增长12")
+    assert fuzzy and text[fuzzy.start : fuzzy.end] == "营业收入为48.7亿元"
+
+
+# --- embeddings ------------------------------------------------------------------------------------
+
+
+def test_a_model_from_a_local_path_encodes_and_its_card_says_english() -> None:
+    path = _location("all-MiniLM-L6-v2")
+    assert Path(path).is_dir()
+    vectors = encode(["营业收入", "revenue"], path)
+    assert vectors.shape == (2, 384)
+    assert model_languages(path) == ("en",)
+    assert "English-only" in (english_only_warning(path, ["en", "zh"]) or "")
+    assert english_only_warning(path, ["en"]) is None
+
+
+def test_a_missing_model_is_a_clear_error_not_a_download(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingModelError, match="not available offline"):
+        encode(["x"], str(tmp_path / "no-model"))
+
+
+# --- end to end: the ingest summary and search in the same language -----------------------------------
+
+
+@needs_ocr_languages
+@needs_fonts
+def test_chinese_and_russian_reports_ingest_and_answer_in_their_language(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "set"
+    evalset_languages.generate(out, companies=1, seed=5)
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(out / "config.json"))
+    documents = sorted(str(p) for p in (out / "docs").iterdir())
+    assert main(["ingest", *documents, "--json", "--workers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"zh", "ru"} <= set(report["languages"])
+    assert any("English-only" in warning for warning in report["warnings"]), report["warnings"]
+
+    from vision_rag_pipeline.query import search
+
+    questions = [json.loads(line) for line in (out / "questions.jsonl").read_text().splitlines()]
+    found = {"zh": 0, "ru": 0}
+    for question in questions:
+        hits = search(text=question["question"], k=5, mode="hybrid")
+        if any(
+            hit.document.endswith(question["document"]) and _digits(question["fact"]) in _digits(hit.text)
+            for hit in hits
+        ):
+            found[question["language"]] += 1
+    totals = {lang: sum(q["language"] == lang for q in questions) for lang in found}
+    assert all(found[lang] >= 0.8 * totals[lang] for lang in found), (found, totals)
+
+
+def test_the_ingest_summary_warns_once_about_a_missing_ocr_language(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vision_rag_pipeline.defs.runner import language_warnings
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"media_enrichment": {"ocr": {"languages": ["eng", "xyz_test"]}}}))
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    warnings = language_warnings(["en"])
+    assert len(warnings) == 1 and "tesseract-ocr-xyz-test" in warnings[0]
+    assert language_warnings(["en", "ru"])[1:] and "English-only" in language_warnings(["ru"])[1]
