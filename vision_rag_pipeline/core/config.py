@@ -2,8 +2,10 @@
 
 What this module holds: the pydantic `RagConfig` with every setting that shapes what the pipeline
 produces, `load_config` (the file named by `VISION_RAG_CONFIG`, JSON or YAML, or the built-in
-defaults), the state directories (`VISION_RAG_HOME`, `DAGSTER_HOME`) and the share of the cores a
-process may use (`VISION_RAG_THREADS`).
+defaults), the state directories (`VISION_RAG_HOME`, `DAGSTER_HOME`), the share of the cores a
+process may use (`VISION_RAG_THREADS`), whether the deployment spans several hosts
+(`VISION_RAG_MULTI_NODE`), and the sensor interval and reindex schedule read when the code location
+loads (`VISION_RAG_SENSOR_INTERVAL_SECONDS`, `VISION_RAG_REINDEX_CRON`).
 """
 
 from __future__ import annotations
