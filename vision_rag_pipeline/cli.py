@@ -1,4 +1,4 @@
-"""`vision-rag`: ingest, search, enrich, show the config, run the demo.
+"""`vision-rag`: ingest, search, ask, enrich, serve, backfill, reindex, db, show the config, run the demo.
 
 Exit codes: 0 success, 1 when any file or request failed (the rest still processed), 2 on
 usage errors.

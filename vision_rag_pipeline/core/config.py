@@ -1,8 +1,11 @@
 """The RAG config (one validated document) and where local state lives.
 
-Everything a run depends on is read here, once: the config file named by
-`VISION_RAG_CONFIG` (JSON or YAML) or the built-in defaults, and the environment
-variables that point at state and services.
+What this module holds: the pydantic `RagConfig` with every setting that shapes what the pipeline
+produces, `load_config` (the file named by `VISION_RAG_CONFIG`, JSON or YAML, or the built-in
+defaults), the state directories (`VISION_RAG_HOME`, `DAGSTER_HOME`), the share of the cores a
+process may use (`VISION_RAG_THREADS`), whether the deployment spans several hosts
+(`VISION_RAG_MULTI_NODE`), and the sensor interval and reindex schedule read when the code location
+loads (`VISION_RAG_SENSOR_INTERVAL_SECONDS`, `VISION_RAG_REINDEX_CRON`).
 """
 
 from __future__ import annotations

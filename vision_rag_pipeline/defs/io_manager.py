@@ -9,7 +9,7 @@ Values are pickled, as Dagster's own IO managers do; a new materialization repla
 one statement, so a reader sees the old value or the new one, never half of either. An op's
 output (no asset key) is keyed by run and step, as Dagster's default does. Unlike the
 filesystem IO manager it logs no debug line per input and output: each is a run event Dagster
-stores one write at a time (~40 of an ingest run's 160 events).
+stores one write at a time (~40 events per ingest run).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Ingest files through the Dagster asset graph: one dynamic partition and one run per document.
 
-The runs execute in this process (models load once) against the Dagster instance in
-DAGSTER_HOME, so they show up in the UI exactly like runs launched from it.
+Each run executes in-process (`execute_in_process`) inside one of a few spawned worker processes
+(two by default, `VISION_RAG_INGEST_WORKERS`; with one, in this process), each of which loads the
+models once. The runs go to the Dagster instance in DAGSTER_HOME, so they show up in the UI exactly
+like runs launched from it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Enrich a document's VISION images: cache lookup, OCR (+ VLM), fusion into Meta-Content, cache store.
 
-OCR runs in a process pool (Tesseract is CPU-bound and single-threaded per image), reused for
-the life of the process; vision-model calls run in threads alongside it (they only wait on the
-network). A provider failure is recorded on the image and the offline result is used instead;
-such fallbacks are not cached, so the next run asks the provider again. Each image's provider calls
+OCR reads the images on threads of this step, one per core this process may use
+(`media_enrichment.ocr.max_workers` when set): Tesseract runs in-process through its C API
+(tesserocr) and releases the GIL while it reads, so threads read in parallel without a process
+pool. Vision-model calls run in other threads alongside (they only wait on the network). A
+provider failure is recorded on the image and the offline result is used instead; such fallbacks
+are not cached, so the next run asks the provider again. Each image's provider calls
 (description, then fusion) share one time budget, and fusion is not asked to merge a description
 that failed; `fallbacks` counts why the offline path was taken.
 """
@@ -56,7 +58,7 @@ class EnrichmentBatch(BaseModel):
     provider_seconds: float = 0.0  # wall time from the first endpoint call to the end of the last
 
 
-# --- OCR in a process pool -----------------------------------------------------------------------
+# --- OCR on threads ------------------------------------------------------------------------------
 
 
 def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
@@ -71,9 +73,9 @@ def _svg_ocr(data: bytes) -> tuple[OcrResult, str | None]:
 def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, tuple[OcrResult, str | None]]:
     """OCR text per image, or empty text and the reason it could not be read.
 
-    Threads, not processes: Tesseract runs as a subprocess and the numpy/PIL preparation releases
-    the GIL, so two threads read as fast as two processes here, without a pool that outlives the
-    step (a process pool left idle at exit hangs Dagster's multiprocess step workers).
+    Threads, not processes: Tesseract's C API (tesserocr) and the numpy/PIL preparation release the
+    GIL, so two threads read as fast as two processes here, without a pool that outlives the step
+    (a process pool left idle at exit hangs Dagster's multiprocess step workers).
     """
     ocr_config = config.media_enrichment.ocr
     workers = min(ocr_config.max_workers or cpu_threads(), max(1, len(images)))
@@ -130,7 +132,7 @@ def _compute(
     config: RagConfig,
     vision: VisionClient | None,
 ) -> dict[str, tuple[_Computed, Fused]]:
-    """OCR every image in the process pool while the VLM describes them in threads, then fuse."""
+    """OCR every image on threads while the VLM describes them in other threads, then fuse."""
     mllm = config.media_enrichment.features.mllm
     with ThreadPoolExecutor(max_workers=vision.max_concurrency if vision else 1) as threads:
         captions: dict[str, Future[tuple[str, float]]] = {}
