@@ -148,6 +148,8 @@ RUSSIAN_STOP_WORDS = frozenset(_RUSSIAN_STOP_LIST.split())
 RUSSIAN_QUESTION_WORDS = frozenset(
     ["какова", "каков", "каковы", "какое", "какие", "какой", "какая", "каким", "сколько", "что", "кто", "где", "когда", "почему", "зачем", "как", "чему", "чем", "чего", "составила", "составил", "составило", "составили", "был", "была", "было", "были"]
 )
+# Words a query never asks about, in every language the analyzers know: not matched as terms.
+NOT_QUERY_TERMS = ENGLISH_STOP_WORDS | QUESTION_WORDS | RUSSIAN_STOP_WORDS | RUSSIAN_QUESTION_WORDS
 # Chinese particles and question words; Chinese is matched as character bigrams, so these are cut
 # out of a question before it is cut into bigrams. Only characters that rarely start or end a
 # content word: "中" or "有" would split 中国 and 有限公司.

@@ -28,10 +28,7 @@ from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotatio
 from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
 from vision_rag_pipeline.core.text import (
     CJK_RUN,
-    ENGLISH_STOP_WORDS,
-    QUESTION_WORDS,
-    RUSSIAN_QUESTION_WORDS,
-    RUSSIAN_STOP_WORDS,
+    NOT_QUERY_TERMS,
     cjk_bigrams,
     without_chinese_stop_words,
 )
@@ -55,7 +52,6 @@ _SUB_QUESTION_SPLIT = re.compile(
     r"\?\s+|;\s+|,?\s+and\s+(?=(?:what|which|who|when|where|why|how)\b)|,?\s+(?=also\b)", re.I
 )
 MAX_SENTENCE_CHARS = 400
-_NOT_TERMS = ENGLISH_STOP_WORDS | QUESTION_WORDS | RUSSIAN_STOP_WORDS | RUSSIAN_QUESTION_WORDS
 _IMAGE_CONTEXT = "\nContext: "  # how rule fusion appends the page text
 
 
@@ -126,7 +122,7 @@ def question_terms(text: str) -> set[str]:
     terms = set(cjk_bigrams(without_chinese_stop_words(text)))
     for token in _TERM.findall(CJK_RUN.sub(" ", text.lower())):
         token = token.strip(".,'")
-        if token and token not in _NOT_TERMS:
+        if token and token not in NOT_QUERY_TERMS:
             terms.add(token[:5] if token.isalpha() else token)
     return terms
 
