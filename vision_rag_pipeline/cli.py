@@ -68,12 +68,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{report.documents} documents, {report.images} images ({report.images_ignored} ignored, "
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
-            + (f"; {len(report.failed)} failed (see the FAILED lines above)" if report.failed else "")
+            + (f"; {len(report.failed)} not ingested (see above)" if report.failed else "")
         )
     if report.interrupted:
         print(
-            f"vision-rag: interrupted after {report.documents} of {len(args.paths)} documents; "
-            "run the same command again to finish (finished documents are not redone)",
+            f"vision-rag: interrupted with {report.documents} of {len(args.paths)} documents ingested; "
+            "run the same command again to finish",
             file=sys.stderr,
         )
         return 130

@@ -18,6 +18,7 @@ INGEST_KEYS = {
     "cache_hits",
     "chunks",
     "failed",
+    "interrupted",
     "seconds",
 }
 HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image"}

@@ -190,6 +190,8 @@ def ingest_paths(
         remaining = _run_documents(accepted, pool, workers, verbose, lambda o: _merge(report, o, progress))
     for path, _ in remaining:
         report.failed.append(FailedFile(path=path, error=f"{Path(path).name}: not started (interrupted)"))
+    if remaining:
+        progress(f"not started (interrupted): {len(remaining)} document(s)")
     report.interrupted = bool(remaining) or any(f.error.endswith(_INTERRUPTED_REASON) for f in report.failed)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
