@@ -192,7 +192,7 @@ def ingest_paths(
         report.failed.append(FailedFile(path=path, error=f"{Path(path).name}: not started (interrupted)"))
     if remaining:
         progress(f"not started (interrupted): {len(remaining)} document(s)")
-    report.interrupted = bool(remaining) or any(f.error.endswith(_INTERRUPTED_REASON) for f in report.failed)
+    report.interrupted = report.interrupted or bool(remaining)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -226,10 +226,8 @@ def _run_documents(
                 item = pending.pop()
                 running[pool.submit(run_document, *item, verbose=verbose)] = item
             done, _ = wait(running, return_when=FIRST_COMPLETED)
-        except (
-            KeyboardInterrupt
-        ):  # Ctrl-C reaches the workers too; a SIGTERM or SIGINT sent here alone does not
-            stopping = True
+        except KeyboardInterrupt:
+            stopping = True  # Ctrl-C reached the workers too; a SIGTERM or SIGINT sent here alone did not
             for child in multiprocessing.active_children():
                 with suppress(ProcessLookupError):
                     os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
@@ -249,19 +247,13 @@ def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> Do
         return DocumentOutcome(path=path, document_id=document_id, error=f"{Path(path).name}: {reason}")
 
 
-_INTERRUPTED_REASON = "interrupted before it finished"
-
-
 def _interrupted(path: str, document_id: str) -> DocumentOutcome:
-    return DocumentOutcome(
-        path=path,
-        document_id=document_id,
-        error=f"{Path(path).name}: {_INTERRUPTED_REASON}",
-        interrupted=True,
-    )
+    error = f"{Path(path).name}: interrupted before it finished"
+    return DocumentOutcome(path=path, document_id=document_id, error=error, interrupted=True)
 
 
 def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[str], None]) -> None:
+    report.interrupted = report.interrupted or outcome.interrupted
     if outcome.error:
         report.failed.append(FailedFile(path=outcome.path, error=outcome.error))
         progress(f"FAILED {outcome.error}")
