@@ -16,7 +16,6 @@ from functools import cache
 
 import dagster as dg
 import psutil
-from dagster._core.storage.dagster_run import RunsFilter
 
 HOST_TAG = "vision_rag/host"
 PID_TAG = "vision_rag/pid"
@@ -61,7 +60,9 @@ def reclaim_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
     Returns the ids of the runs marked failed.
     """
     failed = []
-    runs = instance.get_runs(filters=RunsFilter(statuses=UNFINISHED, tags={HOST_TAG: owner_tags()[HOST_TAG]}))
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=UNFINISHED, tags={HOST_TAG: owner_tags()[HOST_TAG]})
+    )
     for run in runs:
         if PID_TAG in run.tags and not _owner_alive(run.tags):
             instance.report_run_failed(
@@ -75,7 +76,7 @@ def reclaim_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
     if holders:
         keep = {  # unfinished runs, and ended ones whose process may still be finishing a step
             run.run_id
-            for run in instance.get_runs(filters=RunsFilter(run_ids=list(holders)))
+            for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(holders)))
             if run.status in UNFINISHED or (PID_TAG in run.tags and _owner_alive(run.tags))
         }
         for run_id in holders - keep:  # failed above, ended long ago, or deleted

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 import fasteners
-from dagster._core.errors import DagsterExecutionInterruptedError
-from dagster._utils.error import SerializableErrorInfo
+from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import dagster_home
@@ -69,7 +68,7 @@ QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 VERBOSE_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 INSTANCE_LOCK = ".vision-rag.lock"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-INTERRUPTED = (KeyboardInterrupt, DagsterExecutionInterruptedError)
+INTERRUPTED = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)
 
 
 def console_config(verbose: bool) -> dict:
