@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from vision_rag_pipeline.defs.runner import quiet_library_noise
+    from vision_rag_pipeline.defs.runner import exception_line, quiet_library_noise
 
     quiet_library_noise()
     from vision_rag_pipeline.core.config import ConfigError
@@ -317,8 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a broken database, a full disk...: one line unless asked for the trace
         if args.verbose:
             traceback.print_exc()
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"vision-rag: {type(exc).__name__}: {first_line} (--verbose shows where)", file=sys.stderr)
+        print(f"vision-rag: {exception_line(exc)} (--verbose shows where)", file=sys.stderr)
         return 1
 
 

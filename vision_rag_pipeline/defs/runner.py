@@ -242,8 +242,15 @@ def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> Do
     try:
         return future.result()
     except Exception as exc:  # the worker process died (killed, out of memory) or could not run the document
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return DocumentOutcome(path=path, document_id=document_id, error=f"{Path(path).name}: {reason}")
+        return DocumentOutcome(
+            path=path, document_id=document_id, error=f"{Path(path).name}: {exception_line(exc)}"
+        )
+
+
+def exception_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: what the terminal shows of an unexpected exception."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _interrupted(path: str, document_id: str) -> DocumentOutcome:
