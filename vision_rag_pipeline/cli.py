@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -53,8 +52,6 @@ def _print_hits(hits: list[dict]) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.defs.runner import ingest_paths
 
-    # `kill` stops an ingest like Ctrl-C does: no new document starts, the running ones are interrupted
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     report = ingest_paths(
         args.paths,
         progress=lambda line: print(line, file=sys.stderr),

@@ -68,7 +68,8 @@ QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 VERBOSE_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 INSTANCE_LOCK = ".vision-rag.lock"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-INTERRUPTED = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)
+INTERRUPTED = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)  # an interrupted run's errors
+STOP_POLL_SECONDS = 0.5
 
 
 def console_config(verbose: bool) -> dict:
@@ -206,36 +207,48 @@ def _run_documents(
     """Run each document, at most `workers` at a time (none waits in a queue, so none starts after an
     interrupt); returns the documents not started because of one."""
     pending = list(reversed(items))
-    if pool is None:
-        while pending:
-            item = pending.pop()
-            try:
-                outcome = run_document(*item, verbose=verbose)
-            except INTERRUPTED:  # between Dagster's own checks for it
-                outcome = _interrupted(*item)
-            record(outcome)
-            if outcome.interrupted:
-                break
-        return pending[::-1]
-    running: dict[Future[DocumentOutcome], tuple[str, str]] = {}
-    stopping = False
-    while running or (pending and not stopping):
-        try:
-            while pending and not stopping and len(running) < workers:
+    with _stop_requests() as stop:
+        if pool is None:
+            while pending and not stop.is_set():
+                outcome = run_document(*pending.pop(), verbose=verbose)  # Dagster interrupts a running one
+                record(outcome)
+                if outcome.interrupted:
+                    stop.set()
+            return pending[::-1]
+        running: dict[Future[DocumentOutcome], tuple[str, str]] = {}
+        forwarded = False
+        while running or (pending and not stop.is_set()):
+            while pending and not stop.is_set() and len(running) < workers:
                 item = pending.pop()
                 running[pool.submit(run_document, *item, verbose=verbose)] = item
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-        except KeyboardInterrupt:
-            stopping = True  # Ctrl-C reached the workers too; a SIGTERM or SIGINT sent here alone did not
-            for child in multiprocessing.active_children():
-                with suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
-            continue
-        for future in done:
-            outcome = _outcome(future, *running.pop(future))
-            record(outcome)
-            stopping = stopping or outcome.interrupted
-    return pending[::-1]
+            done, _ = wait(running, timeout=STOP_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            if stop.is_set() and not forwarded:  # Ctrl-C reached the workers too; a signal sent here did not
+                for child in multiprocessing.active_children():
+                    with suppress(ProcessLookupError):
+                        os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+                forwarded = True
+            for future in done:
+                outcome = _outcome(future, *running.pop(future))
+                record(outcome)
+                if outcome.interrupted:
+                    stop.set()
+        return pending[::-1]
+
+
+@contextmanager
+def _stop_requests() -> Iterator[threading.Event]:
+    """An event Ctrl-C and SIGTERM set, rather than raising KeyboardInterrupt in the middle of the
+    bookkeeping between runs. Off the main thread (the HTTP API's ingest thread) signals are not ours."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> DocumentOutcome:
