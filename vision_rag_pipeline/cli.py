@@ -1,7 +1,8 @@
 """`vision-rag`: ingest, search, ask, enrich, serve, backfill, reindex, db, show the config, run the demo.
 
 Exit codes: 0 success, 1 when any file or request failed (the rest still processed), 2 on
-usage errors.
+usage errors, 130 when interrupted (Ctrl-C, SIGTERM). Errors take one line each; `--verbose`
+adds Dagster's log lines and the stack traces (which the Dagster event log keeps anyway).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,7 +53,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.defs.runner import ingest_paths
 
     report = ingest_paths(
-        args.paths, progress=lambda line: print(line, file=sys.stderr), workers=args.workers
+        args.paths,
+        progress=lambda line: print(line, file=sys.stderr),
+        workers=args.workers,
+        verbose=args.verbose,
     )
     if args.json:
         _print_json(report.model_dump())
@@ -60,6 +65,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"{report.documents} documents, {report.images} images ({report.images_ignored} ignored, "
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
+            + (f"; {len(report.failed)} not ingested (see above)" if report.failed else "")
         )
         if report.languages:
             seen = sorted(report.languages.items(), key=lambda item: -item[1])
@@ -69,8 +75,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if report.fallbacks:
             reasons = ", ".join(f"{reason} x{count}" for reason, count in report.fallbacks.items())
             print(f"offline fallbacks: {sum(report.fallbacks.values())} ({reasons})")
-        for failure in report.failed:
-            print(f"FAILED {failure.path}: {failure.error}", file=sys.stderr)
+    if report.interrupted:
+        print(
+            f"vision-rag: interrupted with {report.documents} of {len(args.paths)} documents ingested; "
+            "run the same command again to finish",
+            file=sys.stderr,
+        )
+        return 130
     return 1 if report.failed else 0
 
 
@@ -149,7 +160,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             backfill_id = submit_reenrich_backfill(defs, instance, args.partitions)
             print(f"submitted backfill {backfill_id}; the Dagster daemon runs it (UI: Overview > Backfills)")
             return 0
-        report = run_reenrich_backfill(defs, instance, args.partitions)
+        report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)
     except UnknownPartitionError as exc:
         print(f"vision-rag backfill: {exc}", file=sys.stderr)
         return 2
@@ -158,12 +169,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     else:
         for entry in report:
             status = "ok" if entry["success"] else "FAILED"
-            detail = ""
-            if entry["success"]:
-                detail = (
+            detail = (
+                f": {entry['error']}"
+                if not entry["success"]
+                else (
                     f": {entry['enrichment_calls']} enrichment calls, {entry['cache_hits']} cache hits, "
                     f"{entry['chunks']} chunks"
                 )
+            )
             print(f"{status} {entry['partition']}{detail} (run {entry['run_id']})")
     return 0 if all(entry["success"] for entry in report) else 1
 
@@ -225,7 +238,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     print(f"Ingesting {len(samples)} bundled sample documents into {home()} ...")
-    status = cmd_ingest(argparse.Namespace(paths=samples, json=False, workers=None))
+    status = cmd_ingest(argparse.Namespace(paths=samples, json=False, workers=None, verbose=args.verbose))
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
         _print_hits([h.model_dump() for h in search(text=query, k=3)])
@@ -238,11 +251,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vision-rag", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v", "--verbose", action="store_true", help="also print Dagster's log lines and full stack traces"
+    )
 
-    demo = sub.add_parser("demo", help="ingest the bundled sample documents and show example searches")
+    demo = sub.add_parser(
+        "demo", parents=[common], help="ingest the bundled sample documents and show example searches"
+    )
     demo.set_defaults(func=cmd_demo)
 
-    ingest = sub.add_parser("ingest", help="ingest MHTML/PDF files through the Dagster asset graph")
+    ingest = sub.add_parser(
+        "ingest", parents=[common], help="ingest MHTML/PDF files through the Dagster asset graph"
+    )
     ingest.add_argument("paths", nargs="+", metavar="PATH")
     ingest.add_argument("--json", action="store_true", help="print one JSON report")
     ingest.add_argument(
@@ -252,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ingest.set_defaults(func=cmd_ingest)
 
-    search = sub.add_parser("search", help="hybrid / vector / lexical search")
+    search = sub.add_parser("search", parents=[common], help="hybrid / vector / lexical search")
     search.add_argument("text", nargs="?", metavar="TEXT")
     search.add_argument("--image", metavar="FILE", help="search by image")
     search.add_argument("-k", type=int, default=5)
@@ -260,19 +281,23 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
 
-    enrich = sub.add_parser("enrich", help="classify and enrich image files (the media-enrichment operation)")
+    enrich = sub.add_parser(
+        "enrich", parents=[common], help="classify and enrich image files (the media-enrichment operation)"
+    )
     enrich.add_argument("images", nargs="+", metavar="IMAGE")
     enrich.add_argument("--json", action="store_true")
     enrich.set_defaults(func=cmd_enrich)
 
-    ask = sub.add_parser("ask", help="answer a question with verbatim, located citations")
+    ask = sub.add_parser("ask", parents=[common], help="answer a question with verbatim, located citations")
     ask.add_argument("question", metavar="QUESTION")
     ask.add_argument("--image", metavar="FILE", help="an image the question is about")
     ask.add_argument("-k", type=int, default=None, help="chunks retrieved for the context")
     ask.add_argument("--json", action="store_true", help="print {answer, citations, hits}")
     ask.set_defaults(func=cmd_ask)
 
-    serve = sub.add_parser("serve", help="run the HTTP API (upload, search, chat, media enrichment)")
+    serve = sub.add_parser(
+        "serve", parents=[common], help="run the HTTP API (upload, search, chat, media enrichment)"
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="a non-loopback address needs VISION_RAG_API_TOKEN set"
     )
@@ -281,25 +306,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     backfill = sub.add_parser(
-        "backfill", help="re-enrich, re-chunk, re-embed and re-index partitions (after a prompt/model change)"
+        "backfill",
+        parents=[common],
+        help="re-enrich, re-chunk, re-embed and re-index partitions (after a prompt/model change)",
     )
     backfill.add_argument("--partitions", nargs="+", metavar="KEY", help="document partitions (default: all)")
     backfill.add_argument("--submit", action="store_true", help="queue a Dagster backfill for the daemon")
     backfill.add_argument("--json", action="store_true")
     backfill.set_defaults(func=cmd_backfill)
 
-    reindex = sub.add_parser("reindex", help="rebuild the vector and lexical indexes aside and swap them in")
+    reindex = sub.add_parser(
+        "reindex", parents=[common], help="rebuild the vector and lexical indexes aside and swap them in"
+    )
     reindex.add_argument("--reembed", action="store_true", help="embed every chunk again")
     reindex.add_argument("--json", action="store_true")
     reindex.set_defaults(func=cmd_reindex)
 
-    db = sub.add_parser("db", help="the embedded Postgres: status (exit 3 when stopped) or stop")
+    db = sub.add_parser(
+        "db", parents=[common], help="the embedded Postgres: status (exit 3 when stopped) or stop"
+    )
     db.add_argument("db_command", choices=("status", "stop"))
     db.set_defaults(func=cmd_db)
 
-    config = sub.add_parser("config", help="configuration")
+    config = sub.add_parser("config", parents=[common], help="configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
-    show = config_sub.add_parser("show", help="print the effective configuration")
+    show = config_sub.add_parser("show", parents=[common], help="print the effective configuration")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_config_show)
     return parser
@@ -307,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from vision_rag_pipeline.defs.runner import quiet_library_noise
+    from vision_rag_pipeline.defs.runner import exception_line, quiet_library_noise
 
     quiet_library_noise()
     from vision_rag_pipeline.core.config import ConfigError
@@ -317,6 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:  # a bad config file, query or image: one line, no traceback
         print(f"vision-rag: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("vision-rag: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a broken database, a full disk...: one line unless asked for the trace
+        if args.verbose:
+            traceback.print_exc()
+        print(f"vision-rag: {exception_line(exc)} (--verbose shows where)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

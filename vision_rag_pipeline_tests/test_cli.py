@@ -19,6 +19,7 @@ INGEST_KEYS = {
     "chunks",
     "fallbacks",
     "failed",
+    "interrupted",
     "seconds",
     "languages",
     "warnings",
@@ -97,3 +98,24 @@ def test_usage_errors_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
+
+
+def test_failures_take_one_line_and_verbose_adds_the_traces(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damaged = tmp_path / "damaged.pdf"
+    damaged.write_bytes(b"%PDF-1.4\n1 0 obj garbage")
+    assert main(["ingest", str(damaged)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "FAILED damaged.pdf: not a readable PDF (not a PDF, or damaged) (in raw_documents)"
+    ]
+    assert main(["ingest", str(damaged), "--verbose"]) == 1
+    verbose = capsys.readouterr().err
+    assert "Stack Trace" in verbose and "DocumentError" in verbose, "Dagster's log lines, with the trace"
+
+    monkeypatch.setenv("VISION_RAG_PG_URL", f"postgresql://postgres@/postgres?host={tmp_path}/no-server")
+    assert main(["search", "revenue", "--mode", "vector"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("vision-rag: OperationalError: "), err
+    assert main(["search", "revenue", "--mode", "vector", "--verbose"]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err

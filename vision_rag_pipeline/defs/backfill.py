@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 from vision_rag_pipeline.defs.jobs import REENRICH_SELECTION
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.defs.runner import QUIET_CONSOLE
+from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
+from vision_rag_pipeline.defs.runner import console_config, failure_reason, instance_lock
 
 
 class UnknownPartitionError(ValueError):
@@ -24,22 +27,30 @@ def _partitions(instance: dg.DagsterInstance, wanted: list[str] | None) -> list[
 
 
 def run_reenrich_backfill(
-    defs: dg.Definitions, instance: dg.DagsterInstance, partitions: list[str] | None = None
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    partitions: list[str] | None = None,
+    verbose: bool = False,
 ) -> list[dict]:
     """Materialize enrichments → chunks → embeddings → indexes for each partition, one run each, in this
-    process (models load once). Returns per partition: success, enrichment calls, cache hits, chunks."""
+    process (models load once). Returns per partition: success, enrichment calls, cache hits, chunks
+    (or the error on one line)."""
     job = defs.resolve_job_def("reenrich")
+    with instance_lock(Path(instance.root_directory)):
+        reclaim_orphaned_runs(instance)  # a killed run's pool slots would block these runs for good
     report = []
     for partition in _partitions(instance, partitions):
         result = job.execute_in_process(
             instance=instance,
             partition_key=partition,
             raise_on_error=False,
-            run_config=QUIET_CONSOLE,
-            tags={"vision_rag/backfill": "cli"},
+            run_config=console_config(verbose),
+            tags={"vision_rag/backfill": "cli"} | owner_tags(),
         )
         entry: dict = {"partition": partition, "success": result.success, "run_id": result.run_id}
-        if result.success:
+        if not result.success:
+            entry["error"] = failure_reason(result)
+        else:
             batch = result.output_for_node("image_enrichments")
             entry |= {
                 "enrichment_calls": batch.calls,

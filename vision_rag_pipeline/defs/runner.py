@@ -8,19 +8,24 @@ like runs launched from it.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import re
+import signal
+import sys
 import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
 import dagster as dg
+import fasteners
 import yaml
 from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
@@ -30,6 +35,7 @@ from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
@@ -75,8 +81,18 @@ def local_instance_yaml(home: Path) -> str:
     )
 
 
-# Run events still go to the instance (and the UI); only the terminal echo is quieted.
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Run events (failures with their stack traces included) still go to the instance and the UI; the
+# terminal shows our one-line errors, and Dagster's own lines only with --verbose.
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+VERBOSE_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+INSTANCE_LOCK = ".vision-rag.lock"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+INTERRUPTED = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)  # an interrupted run's errors
+STOP_POLL_SECONDS = 0.5
+
+
+def console_config(verbose: bool) -> dict:
+    return VERBOSE_CONSOLE if verbose else QUIET_CONSOLE
 
 
 class FailedFile(BaseModel):
@@ -99,6 +115,7 @@ class _Counts(BaseModel):
 class IngestReport(_Counts):
     documents: int = 0
     failed: list[FailedFile] = Field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C or SIGTERM: the documents not in `documents` are in `failed`
     seconds: float = 0.0
     warnings: list[str] = Field(default_factory=list)  # settings that do not fit the documents seen
 
@@ -123,9 +140,10 @@ def dagster_instance() -> dg.DagsterInstance:
     """The instance in DAGSTER_HOME (default `$VISION_RAG_HOME/dagster`), created on first use."""
     home = dagster_home()
     os.environ["DAGSTER_HOME"] = str(home)
-    write_local_instance_config(home)
-    instance = dg.DagsterInstance.get()
-    _ensure_vision_pool(instance)
+    with instance_lock(home):
+        write_local_instance_config(home)
+        instance = dg.DagsterInstance.get()
+        _ensure_vision_pool(instance)
     return instance
 
 
@@ -148,6 +166,18 @@ def _ensure_vision_pool(instance: dg.DagsterInstance, attempts: int = 5) -> None
             if attempt == attempts - 1:
                 raise
             time.sleep(0.1 * (attempt + 1))
+
+
+@contextmanager
+def instance_lock(home: Path) -> Iterator[None]:
+    """Held while a process creates or migrates the instance's storages or tidies its runs.
+
+    Two processes creating a fresh home's SQLite storages at once both run Dagster's alembic
+    migrations and leave it broken for good ("more than one head", "table runs already exists").
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    with fasteners.InterProcessLock(str(home / INSTANCE_LOCK)):
+        yield
 
 
 def write_local_instance_config(home: Path) -> None:
@@ -176,6 +206,7 @@ class DocumentOutcome(_Counts):
     path: str
     document_id: str
     error: str | None = None
+    interrupted: bool = False
 
 
 def default_workers() -> int:
@@ -184,18 +215,29 @@ def default_workers() -> int:
 
 
 def ingest_paths(
-    paths: Sequence[str], progress: Callable[[str], None] = lambda _: None, workers: int | None = None
+    paths: Sequence[str],
+    progress: Callable[[str], None] = lambda _: None,
+    workers: int | None = None,
+    verbose: bool = False,
 ) -> IngestReport:
     """Register each file as a partition and materialize the asset graph for it, one run each.
 
     With several workers the runs execute in that many spawned processes (each loads the models
-    once); with one they execute in this process.
+    once); with one they execute in this process. Runs left behind by killed processes are failed
+    first, so their pool slots cannot block these. On Ctrl-C no further document starts, the running
+    ones are interrupted (Dagster fails their runs) and the report says which finished.
     """
     started = time.perf_counter()
     report = IngestReport()
     workers = max(1, min(workers or default_workers(), len(paths)))
     with _started_pool(workers) as pool:  # the workers load their models while the files are registered
         instance = dagster_instance()
+        with instance_lock(dagster_home()):
+            orphans = reclaim_orphaned_runs(instance)
+        if orphans:
+            progress(
+                f"marked {len(orphans)} run(s) of killed vision-rag processes failed and freed their slots"
+            )
         registry = DocumentRegistry()
         accepted: list[tuple[str, str]] = []
         for path in paths:
@@ -206,36 +248,112 @@ def ingest_paths(
             else:
                 accepted.append((path, registry.register(path).document_id))
         instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
-        outcomes: Iterable[DocumentOutcome] = (pool.map if pool else map)(run_document, accepted)
-        _merge(report, outcomes, progress)
+        remaining = _run_documents(accepted, pool, workers, verbose, lambda o: _merge(report, o, progress))
+    for path, _ in remaining:
+        report.failed.append(FailedFile(path=path, error=f"{Path(path).name}: not started (interrupted)"))
+    if remaining:
+        progress(f"not started (interrupted): {len(remaining)} document(s)")
+    report.interrupted = report.interrupted or bool(remaining)
     report.warnings = language_warnings(report.languages)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
 
-def _merge(
-    report: IngestReport, outcomes: Iterable[DocumentOutcome], progress: Callable[[str], None]
-) -> None:
-    for outcome in outcomes:
-        if outcome.error:
-            report.failed.append(FailedFile(path=outcome.path, error=outcome.error))
-            progress(f"FAILED {outcome.error}")
-            continue
-        report.documents += 1
-        for field in (
-            "images",
-            "images_ignored",
-            "images_enriched",
-            "enrichment_calls",
-            "cache_hits",
-            "chunks",
-        ):
-            setattr(report, field, getattr(report, field) + getattr(outcome, field))
-        for language, count in outcome.languages.items():
-            report.languages[language] = report.languages.get(language, 0) + count
-        for reason, count in outcome.fallbacks.items():
-            report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
-        progress(f"ok {outcome.path} ({outcome.document_id})")
+def _run_documents(
+    items: list[tuple[str, str]],
+    pool: ProcessPoolExecutor | None,
+    workers: int,
+    verbose: bool,
+    record: Callable[[DocumentOutcome], None],
+) -> list[tuple[str, str]]:
+    """Run each document, at most `workers` at a time (none waits in a queue, so none starts after an
+    interrupt); returns the documents not started because of one."""
+    pending = list(reversed(items))
+    with _stop_requests() as stop:
+        if pool is None:
+            while pending and not stop.is_set():
+                outcome = run_document(*pending.pop(), verbose=verbose)  # Dagster interrupts a running one
+                record(outcome)
+                if outcome.interrupted:
+                    stop.set()
+            return pending[::-1]
+        running: dict[Future[DocumentOutcome], tuple[str, str]] = {}
+        forwarded = False
+        while running or (pending and not stop.is_set()):
+            while pending and not stop.is_set() and len(running) < workers:
+                item = pending.pop()
+                running[pool.submit(run_document, *item, verbose=verbose)] = item
+            done, _ = wait(running, timeout=STOP_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            if stop.is_set() and not forwarded:  # Ctrl-C reached the workers too; a signal sent here did not
+                for child in multiprocessing.active_children():
+                    with suppress(ProcessLookupError):
+                        os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+                forwarded = True
+            for future in done:
+                outcome = _outcome(future, *running.pop(future))
+                record(outcome)
+                if outcome.interrupted:
+                    stop.set()
+        return pending[::-1]
+
+
+@contextmanager
+def _stop_requests() -> Iterator[threading.Event]:
+    """An event Ctrl-C and SIGTERM set, rather than raising KeyboardInterrupt in the middle of the
+    bookkeeping between runs. Off the main thread (the HTTP API's ingest thread) signals are not ours."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> DocumentOutcome:
+    try:
+        return future.result()
+    except Exception as exc:  # the worker process died (killed, out of memory) or could not run the document
+        return DocumentOutcome(
+            path=path, document_id=document_id, error=f"{Path(path).name}: {exception_line(exc)}"
+        )
+
+
+def exception_line(exc: BaseException) -> str:
+    """`Type: first line of the message`: what the terminal shows of an unexpected exception."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _interrupted(path: str, document_id: str) -> DocumentOutcome:
+    error = f"{Path(path).name}: interrupted before it finished"
+    return DocumentOutcome(path=path, document_id=document_id, error=error, interrupted=True)
+
+
+def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[str], None]) -> None:
+    report.interrupted = report.interrupted or outcome.interrupted
+    if outcome.error:
+        report.failed.append(FailedFile(path=outcome.path, error=outcome.error))
+        progress(f"FAILED {outcome.error}")
+        return
+    report.documents += 1
+    for field in (
+        "images",
+        "images_ignored",
+        "images_enriched",
+        "enrichment_calls",
+        "cache_hits",
+        "chunks",
+    ):
+        setattr(report, field, getattr(report, field) + getattr(outcome, field))
+    for language, count in outcome.languages.items():
+        report.languages[language] = report.languages.get(language, 0) + count
+    for reason, count in outcome.fallbacks.items():
+        report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
+    progress(f"ok {outcome.path} ({outcome.document_id})")
 
 
 def quiet_library_noise() -> None:
@@ -256,16 +374,24 @@ def _started_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
         return
     share = max(1, (os.cpu_count() or 1) // workers)
     with ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(share,)
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(share, os.getpid()),
     ) as pool:
         for _ in range(workers):  # a process is spawned per pending task: start them all now
             pool.submit(os.getpid)
         yield pool
 
 
-def _init_worker(threads: int) -> None:
-    """Give each worker process its share of the cores, so OCR and torch threads do not oversubscribe,
-    and load what every run needs (Dagster definitions, the embedding model: ~9 s) before the first one."""
+def _init_worker(threads: int, parent: int) -> None:
+    """Tie the worker to its parent, give it its share of the cores (so OCR and torch threads do not
+    oversubscribe) and load what every run needs (Dagster definitions, the embedding model: ~9 s)
+    before the first one."""
+    _die_with_parent(parent)
+    # Ctrl-C reaches the whole process group: a worker between documents ignores it, and during one
+    # Dagster's own handler interrupts the run (so it fails cleanly, freeing its pool slots).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["VISION_RAG_THREADS"] = str(threads)
     quiet_library_noise()
     # best effort: a missing model or a bad config is reported by each document's run, naming the file
@@ -278,19 +404,31 @@ def _init_worker(threads: int) -> None:
         load_encoder(embedding.model, embedding.precision)
 
 
-def run_document(item: tuple[str, str]) -> DocumentOutcome:
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive the CLI: killed with it (kill -9 included), it would keep running
+    documents nobody waits for, ~700 MB each. Linux sends the signal when the parent exits; a parent
+    gone already (before the call) is checked after it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def run_document(path: str, document_id: str, verbose: bool = False) -> DocumentOutcome:
     """Materialize the whole asset graph for one registered document in this process."""
     from vision_rag_pipeline.defs.definitions import defs
 
-    path, document_id = item
     result = defs.resolve_job_def("ingest_document").execute_in_process(
         instance=dagster_instance(),
         partition_key=document_id,
         raise_on_error=False,
-        run_config=QUIET_CONSOLE,
+        run_config=console_config(verbose),
+        tags=owner_tags(),
     )
     if not result.success:
-        error = _failure_reason(result)
+        if _was_interrupted(result):
+            return _interrupted(path, document_id)
+        error = failure_reason(result)
         if Path(path).name not in error:
             error = f"{Path(path).name}: {error}"
         return DocumentOutcome(path=path, document_id=document_id, error=error)
@@ -321,20 +459,40 @@ def _unreadable_reason(path: Path) -> str | None:
     return None
 
 
-def _failure_reason(result: dg.ExecuteInProcessResult) -> str:
-    """The exception behind the first failed step, on one line; else the one that failed the run
-    outside any step (Dagster's own storage, for instance)."""
+def _failures(result: dg.ExecuteInProcessResult) -> Iterator[tuple[SerializableErrorInfo, str]]:
+    """The errors that failed the run and where: each failed step's, then the run's own."""
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            return f"{_one_line(event.step_failure_data.error)} (in {event.step_key})"
+            yield event.step_failure_data.error, f"in {event.step_key}"
     for event in result.all_events:
         if event.event_type == dg.DagsterEventType.RUN_FAILURE and event.job_failure_data.error:
-            return f"{_one_line(event.job_failure_data.error)} (in the Dagster run, outside the assets)"
+            yield event.job_failure_data.error, "in the Dagster run, outside the assets"
+
+
+def failure_reason(result: dg.ExecuteInProcessResult) -> str:
+    """The exception behind the first failed step, on one line; else the one that failed the run
+    outside any step (Dagster's own storage, for instance). The full traces stay in the run's events."""
+    for error, where in _failures(result):
+        return f"{_one_line(error)} ({where})"
     return "run failed"
 
 
-def _one_line(error: SerializableErrorInfo) -> str:
-    while error.cause is not None:
+def _was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    return any(
+        cause.cls_name in {cls.__name__ for cls in INTERRUPTED}
+        for error, _ in _failures(result)
+        for cause in _causes(error)
+    )
+
+
+def _causes(error: SerializableErrorInfo | None) -> Iterator[SerializableErrorInfo]:
+    while error is not None:
+        yield error
         error = error.cause
+
+
+def _one_line(error: SerializableErrorInfo) -> str:
+    """The innermost cause's message, first line, without its (module-qualified) class name."""
+    *_, error = _causes(error)
     message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-    return message.removeprefix(f"{error.cls_name}: ")
+    return re.sub(rf"^(?:[\w.]+\.)?{re.escape(error.cls_name)}: ", "", message)
