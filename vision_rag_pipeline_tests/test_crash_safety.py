@@ -23,7 +23,7 @@ from tantivy import Query
 from vision_rag_pipeline.core.postgres import connect, start_embedded
 from vision_rag_pipeline.defs.runner import instance_lock
 from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
-from vision_rag_pipeline_tests.test_evalset import _bench_module
+from vision_rag_pipeline_tests.conftest import bench_module
 
 CLI = [sys.executable, "-m", "vision_rag_pipeline.cli"]
 RUN_TIMEOUT = 600  # seconds: a hang fails the test instead of stalling the suite
@@ -33,7 +33,7 @@ RUN_TIMEOUT = 600  # seconds: a hang fails the test instead of stalling the suit
 def documents(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Four reports (two MHTML, two PDF) with charts to OCR and decoration to ignore."""
     out = tmp_path_factory.mktemp("crash_docs")
-    _bench_module("evalset").generate(out, docs=4, seed=16)
+    bench_module("evalset").generate(out, docs=4, seed=16)
     return sorted(str(p) for p in (out / "docs").iterdir())
 
 
