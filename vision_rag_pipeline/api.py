@@ -24,7 +24,6 @@ import hmac
 import ipaddress
 import json
 import os
-import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,10 +42,10 @@ from vision_rag_pipeline.core.config import (
     RagConfig,
     api_token,
     home,
+    inbox_dir,
     load_config,
 )
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
-from vision_rag_pipeline.documents.inbox import inbox_dir
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
@@ -181,23 +180,11 @@ class _Ingestor:
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="upload-ingest")
-        self._lock = threading.Lock()
-        self.pending = 0
 
     def submit(self, paths: list[str]) -> None:
         from vision_rag_pipeline.defs.runner import ingest_paths
 
-        with self._lock:
-            self.pending += 1
-
-        def run() -> None:
-            try:
-                ingest_paths(paths)
-            finally:
-                with self._lock:
-                    self.pending -= 1
-
-        self._pool.submit(run)
+        self._pool.submit(ingest_paths, paths)
 
 
 def _save_upload(upload: UploadFile, inbox: Path) -> Path:

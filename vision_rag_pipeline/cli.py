@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -199,7 +198,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_source, load_config
 
     config = load_config()
     if args.json:
@@ -207,16 +206,17 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     else:
         import yaml
 
-        print(f"# source: {os.environ.get('VISION_RAG_CONFIG') or 'built-in defaults'}")
+        print(f"# source: {config_source() or 'built-in defaults'}")
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
     return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:
     """The embedded Postgres outlives every command (runs, the UI and the CLI share it): see or stop it."""
+    from vision_rag_pipeline.core.config import postgres_url
     from vision_rag_pipeline.core.postgres import embedded_data_dir, running_embedded, stop_embedded
 
-    if os.environ.get("VISION_RAG_PG_URL"):
+    if postgres_url():
         print("VISION_RAG_PG_URL is set: the index is in that Postgres, which vision-rag does not manage")
         return 0
     pgdata = embedded_data_dir()

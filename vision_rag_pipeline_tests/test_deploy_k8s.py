@@ -23,8 +23,7 @@ from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
 from dagster_k8s import K8sRunLauncher
 
-from vision_rag_pipeline.core.config import MULTI_NODE_ENV
-from vision_rag_pipeline.defs.definitions import EXECUTOR_ENV
+from vision_rag_pipeline.core.config import EXECUTOR_ENV, MULTI_NODE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "vision_rag_pipeline.definitions"

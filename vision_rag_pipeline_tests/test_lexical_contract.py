@@ -19,11 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vision_rag_pipeline.core.config import ES_URL_ENV
+from vision_rag_pipeline.core.config import ES_URL_ENV, ElasticsearchSettings
 from vision_rag_pipeline.indexes import tantivy_index
 from vision_rag_pipeline.indexes.elasticsearch_index import (
     ElasticsearchLexicalIndex,
-    ElasticsearchSettings,
 )
 from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex, LexicalIndexError
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index

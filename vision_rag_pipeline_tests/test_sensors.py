@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.core.config import INBOX_ENV
 from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
 from vision_rag_pipeline.documents import inbox as inbox_module
-from vision_rag_pipeline.documents.inbox import INBOX_ENV, file_sha256, scan_inbox
+from vision_rag_pipeline.documents.inbox import file_sha256, scan_inbox
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index

@@ -1,24 +1,33 @@
-"""The RAG config (one validated document) and where local state lives.
+"""The RAG config (one validated document) and every environment variable the package reads.
 
 What this module holds: the pydantic `RagConfig` with every setting that shapes what the pipeline
 produces, `load_config` (the file named by `VISION_RAG_CONFIG`, JSON or YAML, or the built-in
-defaults), the state directories (`VISION_RAG_HOME`, `DAGSTER_HOME`), the share of the cores a
-process may use (`VISION_RAG_THREADS`), whether the deployment spans several hosts
-(`VISION_RAG_MULTI_NODE`), and the sensor interval and reindex schedule read when the code location
-loads (`VISION_RAG_SENSOR_INTERVAL_SECONDS`, `VISION_RAG_REINDEX_CRON`).
+defaults), and one reader per environment variable: where local state lives (`VISION_RAG_HOME`,
+`DAGSTER_HOME`, `VISION_RAG_INBOX`), which servers hold the index (`VISION_RAG_PG_URL`,
+`VISION_RAG_ES_*`), the vision endpoint (`OPENAI_*`, `AZURE_OPENAI_*`), how work is spread
+(`VISION_RAG_THREADS`, `VISION_RAG_INGEST_WORKERS`, `VISION_RAG_EXECUTOR`, `VISION_RAG_MULTI_NODE`),
+the sensor interval and reindex schedule read when the code location loads, and the API token.
+Every other module asks here, so this file is the list of what a deployment can set.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+CONFIG_ENV = "VISION_RAG_CONFIG"
+PG_URL_ENV = "VISION_RAG_PG_URL"
 ES_URL_ENV = "VISION_RAG_ES_URL"
+INBOX_ENV = "VISION_RAG_INBOX"
+EXECUTOR_ENV = "VISION_RAG_EXECUTOR"
+INGEST_WORKERS_ENV = "VISION_RAG_INGEST_WORKERS"
 # Set (to 1/true/yes) where more than one host runs the pipeline: a Kubernetes run launcher, several
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
@@ -228,7 +237,7 @@ class ConfigError(ValueError):
 
 def load_config(path: str | os.PathLike[str] | None = None) -> RagConfig:
     """Read the config file (`VISION_RAG_CONFIG` when no path is given) or return the defaults."""
-    path = path or os.environ.get("VISION_RAG_CONFIG")
+    path = path or config_source()
     if not path:
         return RagConfig()
     p = Path(path)
@@ -243,6 +252,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> RagConfig:
         raise ConfigError(f"{p}: invalid config: {exc}") from exc
 
 
+def config_source() -> str | None:
+    """The config file `VISION_RAG_CONFIG` names, or None for the built-in defaults."""
+    return os.environ.get(CONFIG_ENV) or None
+
+
 def home() -> Path:
     """All local state (embedded Postgres, tantivy index, Dagster home, inbox)."""
     return Path(os.environ.get("VISION_RAG_HOME") or Path.home() / ".vision_rag").expanduser().resolve()
@@ -250,6 +264,17 @@ def home() -> Path:
 
 def dagster_home() -> Path:
     return Path(os.environ.get("DAGSTER_HOME") or home() / "dagster").expanduser().resolve()
+
+
+def inbox_dir() -> Path:
+    """The folder the inbox sensor watches: `VISION_RAG_INBOX`, else `$VISION_RAG_HOME/inbox`."""
+    configured = os.environ.get(INBOX_ENV)
+    return Path(configured).expanduser().resolve() if configured else home() / "inbox"
+
+
+def postgres_url() -> str | None:
+    """An external Postgres with pgvector (`VISION_RAG_PG_URL`), or None for the embedded server."""
+    return os.environ.get(PG_URL_ENV) or None
 
 
 def multi_node() -> bool:
@@ -261,6 +286,17 @@ def cpu_threads() -> int:
     """Threads this process may keep busy (OCR, torch): its share of the cores when ingest runs
     several documents at once (`VISION_RAG_THREADS`), else every core."""
     return int(os.environ.get("VISION_RAG_THREADS") or os.cpu_count() or 1)
+
+
+def ingest_workers() -> int | None:
+    """Worker processes of `vision-rag ingest` (`VISION_RAG_INGEST_WORKERS`), or None: the default."""
+    configured = os.environ.get(INGEST_WORKERS_ENV)
+    return int(configured) if configured else None
+
+
+def executor_choice() -> str:
+    """`VISION_RAG_EXECUTOR`: `k8s_job` for a pod per step, empty for Dagster's default executor."""
+    return os.environ.get(EXECUTOR_ENV, "")
 
 
 SENSOR_INTERVAL_ENV = "VISION_RAG_SENSOR_INTERVAL_SECONDS"
@@ -277,6 +313,88 @@ def reindex_cron() -> str:
     """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
     03:00 every night."""
     return os.environ.get(REINDEX_CRON_ENV) or "0 3 * * *"
+
+
 def api_token() -> str | None:
     """The bearer token the HTTP API requires (`VISION_RAG_API_TOKEN`), or None: loopback use only."""
     return os.environ.get(API_TOKEN_ENV) or None
+
+
+@dataclass(frozen=True)
+class VisionEndpoint:
+    """The OpenAI-compatible endpoint for image descriptions, as the environment names it.
+
+    Azure OpenAI: `AZURE_OPENAI_ENDPOINT` + `AZURE_OPENAI_API_KEY` (+ `OPENAI_API_VERSION`).
+    Otherwise `OPENAI_API_KEY` and/or `OPENAI_BASE_URL` (Ollama and vLLM need only the base URL).
+    """
+
+    azure_endpoint: str | None
+    azure_api_key: str | None
+    api_version: str
+    api_key: str | None
+    base_url: str | None
+
+    @classmethod
+    def from_env(cls) -> VisionEndpoint:
+        return cls(
+            azure_endpoint=os.environ.get("AZURE_OPENAI_ENDPOINT") or None,
+            azure_api_key=os.environ.get("AZURE_OPENAI_API_KEY") or None,
+            api_version=os.environ.get("OPENAI_API_VERSION") or "2024-10-21",
+            api_key=os.environ.get("OPENAI_API_KEY") or None,
+            base_url=os.environ.get("OPENAI_BASE_URL") or None,
+        )
+
+    def __repr__(self) -> str:
+        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={self.base_url!r})"
+
+
+DEFAULT_ES_ALIAS = "vision-rag-chunks"
+
+
+@dataclass(frozen=True, repr=False)
+class ElasticsearchSettings:
+    """Where the Elasticsearch lexical index lives and how to log in: `VISION_RAG_ES_URL`,
+    `VISION_RAG_ES_API_KEY` or `VISION_RAG_ES_USERNAME`/`VISION_RAG_ES_PASSWORD`,
+    `VISION_RAG_ES_CA_CERTS`, `VISION_RAG_ES_VERIFY_CERTS` and `VISION_RAG_ES_INDEX` (the alias).
+    Secrets never reach a message: `safe_url` and the repr drop them."""
+
+    url: str
+    alias: str = DEFAULT_ES_ALIAS
+    api_key: str | None = None
+    username: str | None = None
+    password: str | None = None
+    ca_certs: str | None = None
+    verify_certs: bool = True
+
+    @classmethod
+    def from_env(cls) -> ElasticsearchSettings:
+        url = elasticsearch_url()
+        if not url:
+            raise ConfigError(f"{ES_URL_ENV} is not set")
+        verify = os.environ.get("VISION_RAG_ES_VERIFY_CERTS", "true").strip().lower()
+        return cls(
+            url=url,
+            alias=os.environ.get("VISION_RAG_ES_INDEX") or DEFAULT_ES_ALIAS,
+            api_key=os.environ.get("VISION_RAG_ES_API_KEY") or None,
+            username=os.environ.get("VISION_RAG_ES_USERNAME") or None,
+            password=os.environ.get("VISION_RAG_ES_PASSWORD") or None,
+            ca_certs=os.environ.get("VISION_RAG_ES_CA_CERTS") or None,
+            verify_certs=verify not in {"0", "false", "no", "off"},
+        )
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without any user:password part, fit for messages and logs."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+    def __repr__(self) -> str:
+        return f"ElasticsearchSettings(url={self.safe_url!r}, alias={self.alias!r})"
+
+
+def elasticsearch_url() -> str | None:
+    """`VISION_RAG_ES_URL`: set, the lexical index is Elasticsearch instead of tantivy."""
+    return os.environ.get(ES_URL_ENV) or None

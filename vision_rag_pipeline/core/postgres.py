@@ -20,7 +20,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
 
-from vision_rag_pipeline.core.config import home
+from vision_rag_pipeline.core.config import home, postgres_url
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
@@ -34,7 +34,7 @@ DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across proce
 
 def database_url() -> str:
     """The libpq URL of the index database, starting the embedded server when none is configured."""
-    url = os.environ.get("VISION_RAG_PG_URL")
+    url = postgres_url()
     if url:
         return url.replace("postgresql+psycopg2://", "postgresql://").replace(
             "postgresql+psycopg://", "postgresql://"

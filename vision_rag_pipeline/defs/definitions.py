@@ -1,9 +1,8 @@
 """Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect."""
 
-import os
-
 import dagster as dg
 
+from vision_rag_pipeline.core.config import EXECUTOR_ENV, executor_choice
 from vision_rag_pipeline.defs.chunks import document_chunks
 from vision_rag_pipeline.defs.documents import raw_documents, remove_document_job
 from vision_rag_pipeline.defs.embeddings import chunk_embeddings
@@ -24,13 +23,11 @@ from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
-EXECUTOR_ENV = "VISION_RAG_EXECUTOR"
-
 
 def _executor() -> dg.ExecutorDefinition | None:
     """A Kubernetes pod per step (dagster-k8s `k8s_job_executor`) when VISION_RAG_EXECUTOR=k8s_job;
     otherwise Dagster's default, steps in processes of the run's own process or pod."""
-    choice = os.environ.get(EXECUTOR_ENV, "")
+    choice = executor_choice()
     if choice == "k8s_job":
         from dagster_k8s import k8s_job_executor
 

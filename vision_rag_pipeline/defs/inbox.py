@@ -12,12 +12,12 @@ import os
 
 import dagster as dg
 
-from vision_rag_pipeline.core.config import sensor_interval_seconds
+from vision_rag_pipeline.core.config import INBOX_ENV, inbox_dir, sensor_interval_seconds
 from vision_rag_pipeline.defs.documents import RemoveDocumentConfig, remove_document_job
 from vision_rag_pipeline.defs.jobs import ingest_document_job
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
-from vision_rag_pipeline.documents.inbox import INBOX_ENV, inbox_dir, scan_inbox
+from vision_rag_pipeline.documents.inbox import scan_inbox
 from vision_rag_pipeline.documents.registry import FileState, display_path
 
 MAX_LOGGED_SKIPS = 20  # the same links are skipped on every tick: name a few, count the rest

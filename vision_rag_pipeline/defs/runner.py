@@ -30,7 +30,7 @@ import yaml
 from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.core.config import dagster_home, load_config
+from vision_rag_pipeline.core.config import dagster_home, ingest_workers, load_config
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
@@ -211,7 +211,7 @@ class DocumentOutcome(_Counts):
 
 def default_workers() -> int:
     """Two runs at once keep both cores busy: one document's OCR overlaps another's bookkeeping."""
-    return int(os.environ.get("VISION_RAG_INGEST_WORKERS") or min(2, os.cpu_count() or 1))
+    return ingest_workers() or min(2, os.cpu_count() or 1)
 
 
 def ingest_paths(

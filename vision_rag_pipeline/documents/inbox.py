@@ -14,19 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from vision_rag_pipeline.core.config import home
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.documents.registry import FileState, display_path
 
-INBOX_ENV = "VISION_RAG_INBOX"
 DOCUMENT_SUFFIXES = (b".mhtml", b".mht", b".pdf")
 _HASH_BLOCK = 1 << 20
-
-
-def inbox_dir() -> Path:
-    """`VISION_RAG_INBOX`, else `$VISION_RAG_HOME/inbox`."""
-    configured = os.environ.get(INBOX_ENV)
-    return Path(configured).expanduser().resolve() if configured else home() / "inbox"
 
 
 def file_sha256(path: str | bytes | Path) -> str:

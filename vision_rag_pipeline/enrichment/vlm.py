@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import os
 import random
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits
+from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits, VisionEndpoint
 from vision_rag_pipeline.core.redact import redact
 
 if TYPE_CHECKING:
@@ -292,29 +291,23 @@ def _retry_after_s(headers: Any) -> float | None:
 
 
 def vision_client_from_env(limits: ProviderLimits | None = None) -> VisionClient | None:
-    """The configured endpoint, or None (offline) when no OpenAI/Azure variables are set.
-
-    Azure OpenAI: AZURE_OPENAI_ENDPOINT + AZURE_OPENAI_API_KEY (+ OPENAI_API_VERSION); the model
-    name is the deployment name. Otherwise OPENAI_API_KEY and/or OPENAI_BASE_URL (Ollama and vLLM
-    need only the base URL; a placeholder key is sent because the client requires one).
-    """
-    azure_endpoint = os.environ.get("AZURE_OPENAI_ENDPOINT")
-    azure_key = os.environ.get("AZURE_OPENAI_API_KEY")
-    if azure_endpoint and azure_key:
+    """The configured endpoint (`VisionEndpoint` in core/config.py), or None (offline) when no
+    OpenAI/Azure variables are set. With Azure the model name is the deployment name; Ollama and
+    vLLM need only the base URL (a placeholder key is sent because the client requires one)."""
+    endpoint = VisionEndpoint.from_env()
+    if endpoint.azure_endpoint and endpoint.azure_api_key:
         import openai
 
         client: openai.OpenAI = openai.AzureOpenAI(
-            azure_endpoint=azure_endpoint,
-            api_key=azure_key,
-            api_version=os.environ.get("OPENAI_API_VERSION") or "2024-10-21",
+            azure_endpoint=endpoint.azure_endpoint,
+            api_key=endpoint.azure_api_key,
+            api_version=endpoint.api_version,
             max_retries=0,
         )
-        return VisionClient(client, engine=f"azure:{azure_endpoint.rstrip('/')}", limits=limits)
-    api_key = os.environ.get("OPENAI_API_KEY")
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    if not (api_key or base_url):
+        return VisionClient(client, engine=f"azure:{endpoint.azure_endpoint.rstrip('/')}", limits=limits)
+    if not (endpoint.api_key or endpoint.base_url):
         return None
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0)
+    client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "unused", max_retries=0)
     return VisionClient(client, engine=f"openai:{str(client.base_url).rstrip('/')}", limits=limits)

@@ -4,28 +4,23 @@ Chunks live in versioned concrete indexes `<prefix>-v<timestamp>` behind the ali
 every read and write goes through the alias, and a rebuild loads a new version and moves the alias
 in one `update_aliases` call, so searches never see an empty or half-built index.
 
-Configuration comes from the environment, read once per process; secrets never reach a message:
-`VISION_RAG_ES_URL`, `VISION_RAG_ES_API_KEY` or `VISION_RAG_ES_USERNAME`/`VISION_RAG_ES_PASSWORD`,
-`VISION_RAG_ES_CA_CERTS`, `VISION_RAG_ES_VERIFY_CERTS` and `VISION_RAG_ES_INDEX` (the alias,
-default `vision-rag-chunks`).
+Where the cluster is and how to log in comes from the environment (`ElasticsearchSettings` in
+core/config.py); secrets never reach a message.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import elastic_transport
 import elasticsearch
 from elasticsearch import Elasticsearch, helpers
 
-from vision_rag_pipeline.core.config import ES_URL_ENV
+from vision_rag_pipeline.core.config import ElasticsearchSettings
 from vision_rag_pipeline.indexes.lexical import (
     LexicalDoc,
     LexicalHit,
@@ -34,63 +29,24 @@ from vision_rag_pipeline.indexes.lexical import (
     has_searchable_words,
 )
 
-DEFAULT_ALIAS = "vision-rag-chunks"
 BULK_CHUNK_DOCS = 500
 FIRST_VERSION = "v0"  # deterministic, so processes racing to create the index create the same one
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, repr=False)
-class ElasticsearchSettings:
-    url: str
-    alias: str = DEFAULT_ALIAS
-    api_key: str | None = None
-    username: str | None = None
-    password: str | None = None
-    ca_certs: str | None = None
-    verify_certs: bool = True
-
-    @classmethod
-    def from_env(cls) -> ElasticsearchSettings:
-        url = os.environ.get(ES_URL_ENV)
-        if not url:
-            raise LexicalIndexError(f"{ES_URL_ENV} is not set")
-        verify = os.environ.get("VISION_RAG_ES_VERIFY_CERTS", "true").strip().lower()
-        return cls(
-            url=url,
-            alias=os.environ.get("VISION_RAG_ES_INDEX") or DEFAULT_ALIAS,
-            api_key=os.environ.get("VISION_RAG_ES_API_KEY") or None,
-            username=os.environ.get("VISION_RAG_ES_USERNAME") or None,
-            password=os.environ.get("VISION_RAG_ES_PASSWORD") or None,
-            ca_certs=os.environ.get("VISION_RAG_ES_CA_CERTS") or None,
-            verify_certs=verify not in {"0", "false", "no", "off"},
-        )
-
-    @property
-    def safe_url(self) -> str:
-        """The URL without any user:password part, fit for messages and logs."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-    def __repr__(self) -> str:
-        return f"ElasticsearchSettings(url={self.safe_url!r}, alias={self.alias!r})"
-
-    def client(self) -> Elasticsearch:
-        options: dict[str, Any] = {"request_timeout": 30, "retry_on_timeout": True, "max_retries": 2}
-        if self.api_key:
-            options["api_key"] = self.api_key
-        elif self.username:
-            options["basic_auth"] = (self.username, self.password or "")
-        if self.ca_certs:
-            options["ca_certs"] = self.ca_certs
-        if not self.verify_certs:
-            options["verify_certs"] = False
-            options["ssl_show_warn"] = False
-        return Elasticsearch(self.url, **options)
+def _client(settings: ElasticsearchSettings) -> Elasticsearch:
+    options: dict[str, Any] = {"request_timeout": 30, "retry_on_timeout": True, "max_retries": 2}
+    if settings.api_key:
+        options["api_key"] = settings.api_key
+    elif settings.username:
+        options["basic_auth"] = (settings.username, settings.password or "")
+    if settings.ca_certs:
+        options["ca_certs"] = settings.ca_certs
+    if not settings.verify_certs:
+        options["verify_certs"] = False
+        options["ssl_show_warn"] = False
+    return Elasticsearch(settings.url, **options)
 
 
 # Elasticsearch's built-in language analyzers, one sub-field each, searched together with the
@@ -139,7 +95,7 @@ class ElasticsearchLexicalIndex:
     def client(self) -> Elasticsearch:
         with self._lock:
             if self._client is None:
-                self._client = self.settings.client()
+                self._client = _client(self.settings)
             return self._client
 
     def _call(self, operation: str, action: Callable[[Elasticsearch], T]) -> T:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from vision_rag_pipeline.core.config import ES_URL_ENV, MULTI_NODE_ENV, ConfigError, multi_node
+from vision_rag_pipeline.core.config import (
+    ES_URL_ENV,
+    MULTI_NODE_ENV,
+    ConfigError,
+    elasticsearch_url,
+    multi_node,
+)
 from vision_rag_pipeline.core.config import home as default_home
 from vision_rag_pipeline.indexes.lexical import LexicalIndex
 
@@ -19,7 +24,7 @@ def open_lexical_index(home: Path | None = None) -> LexicalIndex:
     Refused when the deployment is multi-node (`VISION_RAG_MULTI_NODE`) without Elasticsearch:
     tantivy is one index on one disk, and each host would write and search its own.
     """
-    if os.environ.get(ES_URL_ENV):
+    if elasticsearch_url():
         from vision_rag_pipeline.indexes.elasticsearch_index import open_elasticsearch_index
 
         return open_elasticsearch_index()
