@@ -56,12 +56,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, file=sys.stderr),
         workers=args.workers,
         verbose=args.verbose,
+        force=args.force,
     )
     if args.json:
         _print_json(report.model_dump())
     else:
         print(
-            f"{report.documents} documents, {report.images} images ({report.images_ignored} ignored, "
+            f"{report.documents} documents"
+            + (f" ({report.unchanged} unchanged, not run)" if report.unchanged else "")
+            + f", {report.images} images ({report.images_ignored} ignored, "
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
             + (f"; {len(report.failed)} not ingested (see above)" if report.failed else "")
@@ -238,7 +241,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     print(f"Ingesting {len(samples)} bundled sample documents into {home()} ...")
-    status = cmd_ingest(argparse.Namespace(paths=samples, json=False, workers=None, verbose=args.verbose))
+    status = cmd_ingest(
+        argparse.Namespace(paths=samples, json=False, workers=None, verbose=args.verbose, force=False)
+    )
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
         _print_hits([h.model_dump() for h in search(text=query, k=3)])
@@ -270,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         help="documents run at once, each in its own process (default: 2, or 1 on 1 core)",
+    )
+    ingest.add_argument(
+        "--force",
+        action="store_true",
+        help="run every file, even one whose bytes and settings are those of its last complete run",
     )
     ingest.set_defaults(func=cmd_ingest)
 

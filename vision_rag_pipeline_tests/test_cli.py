@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES, main
+from vision_rag_pipeline.documents.registry import document_id_for
 
 INGEST_KEYS = {
     "documents",
+    "unchanged",
     "images",
     "images_ignored",
     "images_enriched",
@@ -57,11 +62,68 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
         report["images"] == report["images_ignored"] + report["images_enriched"] or report["images_enriched"]
     )
 
-    code, out = _run(capsys, "ingest", *samples, "--json")
+    code, out = _run(capsys, "ingest", *samples, "--json", "--force")
     again = json.loads(out)
-    assert code == 0
+    assert code == 0 and again["unchanged"] == 0, "--force runs unchanged files"
     assert again["chunks"] == report["chunks"], "re-ingesting unchanged files keeps the chunk count"
     assert again["enrichment_calls"] == 0, "unchanged images are served from the enrichment cache"
+
+
+def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    doc = tmp_path / "report.mhtml"
+    doc.write_bytes((SAMPLES / "larkspur_q3_2024_report.mhtml").read_bytes())
+    first = json.loads(_run(capsys, "ingest", str(doc), "--json")[1])
+    assert first["documents"] == 1 and first["unchanged"] == 0 and first["chunks"] > 0
+    runs = dagster_instance().get_runs_count()
+
+    code, out = _run(capsys, "ingest", str(doc), "--json")
+    assert code == 0 and json.loads(out)["unchanged"] == 1
+    assert dagster_instance().get_runs_count() == runs, "an unchanged file starts no Dagster run"
+
+    doc.write_bytes(doc.read_bytes() + b"\r\n")
+    changed = json.loads(_run(capsys, "ingest", str(doc), "--json")[1])
+    assert changed["unchanged"] == 0 and changed["chunks"] == first["chunks"], "new bytes: a new run"
+    assert dagster_instance().get_runs_count() == runs + 1
+
+    # A setting that shapes the chunks (read by a new process, as a user's next command would).
+    config = tmp_path / "rag.json"
+    config.write_text(json.dumps({"splitter": {"chunk_size": 400, "chunk_overlap": 40}}))
+    env = {**os.environ, "VISION_RAG_CONFIG": str(config)}
+    rerun = subprocess.run(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(rerun.stdout)["unchanged"] == 0, "a changed setting runs the file again"
+    same = subprocess.run(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(same.stdout)["unchanged"] == 1, "...once"
+    _remove(document_id_for(doc))  # the other tests search the samples alone
+
+
+def _remove(document_id: str) -> None:
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    config = {"ops": {"remove_document_rows": {"config": {"document_id": document_id}}}}
+    assert (
+        defs.resolve_job_def("remove_document")
+        .execute_in_process(config, instance=dagster_instance())
+        .success
+    )
+    dagster_instance().delete_dynamic_partition(documents_partitions.name, document_id)
 
 
 def test_search_json_hits(pg_url: str, samples: list[str], capsys: pytest.CaptureFixture[str]) -> None:

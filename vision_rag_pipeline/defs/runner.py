@@ -9,6 +9,7 @@ like runs launched from it.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import multiprocessing
 import os
 import re
@@ -36,7 +37,7 @@ from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
-from vision_rag_pipeline.documents.registry import DocumentRegistry
+from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
 # The local instance; the repo root's dagster.yaml holds the same settings, for `dagster dev` run
@@ -114,6 +115,7 @@ class _Counts(BaseModel):
 
 class IngestReport(_Counts):
     documents: int = 0
+    unchanged: int = 0  # of `documents`: bytes and settings as at their last successful run, so not run
     failed: list[FailedFile] = Field(default_factory=list)
     interrupted: bool = False  # Ctrl-C or SIGTERM: the documents not in `documents` are in `failed`
     seconds: float = 0.0
@@ -219,34 +221,41 @@ def ingest_paths(
     progress: Callable[[str], None] = lambda _: None,
     workers: int | None = None,
     verbose: bool = False,
+    force: bool = False,
 ) -> IngestReport:
     """Register each file as a partition and materialize the asset graph for it, one run each.
 
-    With several workers the runs execute in that many spawned processes (each loads the models
+    A file whose bytes and settings are those of its partition's last complete run is counted as
+    unchanged and launches no run (unless `force`). With several workers the runs execute in that many spawned processes (each loads the models
     once); with one they execute in this process. Runs left behind by killed processes are failed
     first, so their pool slots cannot block these. On Ctrl-C no further document starts, the running
     ones are interrupted (Dagster fails their runs) and the report says which finished.
     """
     started = time.perf_counter()
     report = IngestReport()
-    workers = max(1, min(workers or default_workers(), len(paths)))
-    with _started_pool(workers) as pool:  # the workers load their models while the files are registered
-        instance = dagster_instance()
-        with instance_lock(dagster_home()):
-            orphans = reclaim_orphaned_runs(instance)
-        if orphans:
-            progress(
-                f"marked {len(orphans)} run(s) of killed vision-rag processes failed and freed their slots"
-            )
+    instance = dagster_instance()
+    with instance_lock(dagster_home()):
+        orphans = reclaim_orphaned_runs(instance)
+    if orphans:
+        progress(f"marked {len(orphans)} run(s) of killed vision-rag processes failed and freed their slots")
+    readable: dict[str, str] = {}
+    for path in paths:
+        reason = _unreadable_reason(Path(path))
+        if reason:
+            report.failed.append(FailedFile(path=path, error=reason))
+            progress(f"FAILED {reason}")
+        else:
+            readable[path] = document_id_for(path)
+    unchanged = set() if force else _unchanged(instance, readable)
+    for path in unchanged:
+        report.documents += 1
+        report.unchanged += 1
+        progress(f"unchanged {path} ({readable[path]})")
+    todo = [path for path in readable if path not in unchanged]
+    workers = max(1, min(workers or default_workers(), len(todo)))
+    with _started_pool(workers if todo else 1) as pool:  # workers load their models during registration
         registry = DocumentRegistry()
-        accepted: list[tuple[str, str]] = []
-        for path in paths:
-            reason = _unreadable_reason(Path(path))
-            if reason:
-                report.failed.append(FailedFile(path=path, error=reason))
-                progress(f"FAILED {reason}")
-            else:
-                accepted.append((path, registry.register(path).document_id))
+        accepted = [(path, registry.register(path).document_id) for path in todo]
         instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
         remaining = _run_documents(accepted, pool, workers, verbose, lambda o: _merge(report, o, progress))
     for path, _ in remaining:
@@ -257,6 +266,27 @@ def ingest_paths(
     report.warnings = language_warnings(report.languages)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _unchanged(instance: dg.DagsterInstance, documents: dict[str, str]) -> set[str]:
+    """The paths (of {path: document id}) whose partition's last complete run read these bytes with
+    the settings in effect now, into the index database in use now (it holds the same bytes)."""
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.jobs import PER_DOCUMENT
+    from vision_rag_pipeline.defs.versions import up_to_date_partitions
+
+    known = set(instance.get_dynamic_partitions(documents_partitions.name))
+    candidates = {path: doc_id for path, doc_id in documents.items() if doc_id in known}
+    if not candidates:
+        return set()
+    stored = DocumentRegistry().content_sha256(candidates.values())
+    shas = {
+        doc_id: sha
+        for path, doc_id in candidates.items()
+        if (sha := hashlib.sha256(Path(path).read_bytes()).hexdigest()) == stored.get(doc_id)
+    }
+    fresh = up_to_date_partitions(instance, defs, PER_DOCUMENT, shas) if shas else set()
+    return {path for path, doc_id in candidates.items() if doc_id in fresh}
 
 
 def _run_documents(

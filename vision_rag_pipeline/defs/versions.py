@@ -116,18 +116,22 @@ def code_versions() -> dict[str, str]:
 
 
 CODE_VERSION_TAG = "dagster/code_version"
+DATA_VERSION_TAG = "dagster/data_version"
 _FETCH_BATCH = 500
 
 
 class Recorded(NamedTuple):
     storage_id: int  # of the latest materialization: changes with every new one
     version: str | None  # its code version; None when it was made before versioning
+    data_version: str | None = None  # raw_documents: the sha256 of the bytes it read
 
 
-def recorded_versions(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> dict[str, Recorded]:
-    """{partition: what its latest materialization of `asset_key` recorded}."""
+def recorded_versions(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partitions: set[str] | None = None
+) -> dict[str, Recorded]:
+    """{partition (of `partitions`, default all): what its latest materialization of `asset_key` recorded}."""
     latest = instance.event_log_storage.get_latest_storage_id_by_partition(
-        asset_key, DagsterEventType.ASSET_MATERIALIZATION
+        asset_key, DagsterEventType.ASSET_MATERIALIZATION, partitions
     )
     storage_ids = sorted(latest.values())
     tags_by_id: dict[int, dict[str, str]] = {}
@@ -138,9 +142,47 @@ def recorded_versions(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> d
         ).records
         tags_by_id.update({r.storage_id: dict(r.asset_materialization.tags or {}) for r in records})
     return {
-        partition: Recorded(storage_id, tags_by_id.get(storage_id, {}).get(CODE_VERSION_TAG))
+        partition: Recorded(
+            storage_id,
+            tags_by_id.get(storage_id, {}).get(CODE_VERSION_TAG),
+            tags_by_id.get(storage_id, {}).get(DATA_VERSION_TAG),
+        )
         for partition, storage_id in latest.items()
     }
+
+
+def up_to_date_partitions(
+    instance: dg.DagsterInstance,
+    defs: dg.Definitions,
+    selection: dg.AssetSelection,
+    file_sha256: dict[str, str],
+) -> set[str]:
+    """The partitions (given with their file's sha256 now) that materializing `selection` would not change.
+
+    Dagster's own notion of fresh: each asset was materialized after each of its parents, with the
+    code version in effect now, and the first asset's data version is the file's sha256. A run that
+    failed or was killed half-way leaves an asset older than its parent, so that partition runs again.
+    """
+    assets = defs.resolve_asset_graph()
+    keys = selection.resolve(assets)
+    current = {dg.AssetKey(name): version for name, version in code_versions().items()}
+    parents = {key: assets.get(key).parent_keys & keys for key in keys}
+    recorded = {key: recorded_versions(instance, key, set(file_sha256)) for key in keys}
+
+    def fresh(partition: str, sha256: str) -> bool:
+        latest = {key: recorded[key].get(partition) for key in keys}
+        return all(
+            (record := latest[key]) is not None
+            and (key not in current or record.version == current[key])
+            and (parents[key] or record.data_version == sha256)
+            and all(
+                (up := latest[parent]) is not None and up.storage_id < record.storage_id
+                for parent in parents[key]
+            )
+            for key in keys
+        )
+
+    return {partition for partition, sha256 in file_sha256.items() if fresh(partition, sha256)}
 
 
 def stale_assets_by_partition(

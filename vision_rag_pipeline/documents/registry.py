@@ -112,6 +112,16 @@ class DocumentRegistry:
             )
         return bytes(row[0])
 
+    def content_sha256(self, document_ids: Iterable[str]) -> dict[str, str]:
+        """{document id: sha256 of its stored copy} (hashed by Postgres: the bytes stay there)."""
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                "SELECT document_id, encode(sha256(content), 'hex') FROM documents"
+                " WHERE document_id = ANY(%s) AND content IS NOT NULL",
+                (list(document_ids),),
+            ).fetchall()
+        return dict(rows)
+
     def get(self, document_id: str) -> RegisteredDocument:
         with connect(self.url) as conn:
             row = conn.execute(
