@@ -67,7 +67,7 @@ def page_images(documents: list[Path], folder: Path) -> list[Path]:
                 images.append(path)
             pdf.close()
         else:
-            for number, image in enumerate(load_document_bytes(doc.read_bytes(), str(doc)).images):
+            for number, image in enumerate(load_document_bytes(doc.read_bytes(), str(doc), str(doc)).images):
                 path = folder / f"{doc.stem}-{number}.img"
                 path.write_bytes(image.data)
                 images.append(path)

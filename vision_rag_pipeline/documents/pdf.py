@@ -12,6 +12,7 @@ pdfium is not thread-safe: load one PDF per thread/process at a time.
 from __future__ import annotations
 
 import io
+import math
 import re
 import statistics
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ MIN_TEXT_CHARS = 5  # fewer visible characters than this and a page counts as a 
 MIN_IMAGE_PX = 2  # images thinner than this are spacers or rules, not pictures
 PAGE_RENDER_DPI = 200
 PAGE_RENDER_MAX_SIDE = 2500
+RASTER_PAGE_SHARE = 0.5  # a picture covering this much of a text-less page is what the page is
 CAPTION_LINE_MAX_GAP = 40.0  # pt between an image and a plain line that may caption it
 CAPTION_BLOCK_MAX_GAP = 120.0  # pt between an image and a "Figure 3 ..." paragraph
 CONTEXT_MAX_CHARS = 300
@@ -362,9 +364,27 @@ def _encode_image(image_object: pdfium.PdfImage) -> tuple[bytes, str, int, int] 
     return _encode(picture)
 
 
+def _raster_scale(page: pdfium.PdfPage, frame: _PageFrame) -> float | None:
+    """Pixels per point of the raster image(s) covering most of the page, if any: a slide saved as
+    one picture, a scan. Rendering finer than that only interpolates: OCR gets no more detail, just
+    more pixels to read (a 1024-px slide rendered at 200 dpi, then sharpened, was 17x the pixels)."""
+    scales = []
+    for image_object in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE]):
+        left, top, right, bottom = frame.rect(*_page_bounds(image_object))
+        area = max(right - left, 0.0) * max(bottom - top, 0.0)
+        if area >= RASTER_PAGE_SHARE * frame.width * frame.height:
+            width, height = image_object.get_px_size()
+            scales.append(math.sqrt(width * height / area))
+    return max(scales) if scales else None
+
+
 def _render_page(page: pdfium.PdfPage, frame: _PageFrame, page_number: int, file_name: str) -> DocumentImage:
-    """The whole page as one image for OCR: ~200 dpi, long side capped so huge pages stay affordable."""
+    """The whole page as one image for OCR: ~200 dpi, or the resolution of the picture the page is
+    when that is coarser (never under 72 dpi); long side capped so huge pages stay affordable."""
     scale = min(PAGE_RENDER_DPI / 72, PAGE_RENDER_MAX_SIDE / max(frame.width, frame.height, 1.0))
+    raster = _raster_scale(page, frame)
+    if raster is not None:
+        scale = min(scale, max(1.0, raster))
     data, mime, width, height = _encode(page.render(scale=scale).to_pil(), photo=True)
     return DocumentImage(
         url=f"{file_name}#page={page_number}",
