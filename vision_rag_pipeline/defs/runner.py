@@ -251,7 +251,8 @@ def ingest_paths(
         report.documents += 1
         report.unchanged += 1
         progress(f"unchanged {path} ({readable[path]})")
-    todo = [path for path in readable if path not in unchanged]
+    # biggest first: a large document started last would leave the other workers idle at the end
+    todo = sorted((path for path in readable if path not in unchanged), key=lambda p: -Path(p).stat().st_size)
     workers = max(1, min(workers or default_workers(), len(todo)))
     with _started_pool(workers if todo else 1) as pool:  # workers load their models during registration
         registry = DocumentRegistry()
