@@ -290,8 +290,24 @@ def test_image_only_page_becomes_one_page_image_without_text(tmp_path: Path) -> 
     page_image = document.images[0]
     assert page_image.is_page_image and page_image.location.page == 1
     assert_bbox_close(page_image.location.bbox, (0, 0, 612, 792))
-    assert max(page_image.width, page_image.height) <= 2500 and page_image.height > 1500
+    assert (page_image.width, page_image.height) == (850, 1100), (
+        "the scan's own pixels: finer only interpolates"
+    )
     assert document.text == ""
+
+
+@pytest.mark.parametrize(("dpi", "rendered"), [(300.0, (1700, 2200)), (50.0, (612, 792))])
+def test_a_scanned_page_renders_at_its_resolution_between_72_and_200_dpi(
+    tmp_path: Path, dpi: float, rendered: tuple[int, int]
+) -> None:
+    scan = Image.new("L", (round(8.5 * dpi), round(11 * dpi)), 255)
+    scan.paste(0, (10, 10, scan.width // 2, scan.height // 20))
+    path = tmp_path / "scan.pdf"
+    scan.save(path, "PDF", resolution=dpi)
+
+    [page_image] = load_pdf(path).images
+
+    assert (page_image.width, page_image.height) == rendered
 
 
 def test_text_page_and_scanned_page_in_one_document(tmp_path: Path) -> None:
