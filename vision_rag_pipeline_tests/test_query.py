@@ -274,6 +274,15 @@ def test_a_question_naming_a_documents_title_finds_that_document_among_siblings(
     assert _reranked(question, texts, titles, match_weight=0.0) == list(texts), "match_weight 0 turns it off"
 
 
+def test_the_word_only_the_answer_has_outweighs_words_every_excerpt_repeats() -> None:
+    """Terms weigh by how few candidates hold them: the period every excerpt of a quarter repeats
+    tells them apart less than the one word asked about (a memo writing "2 кв." for "2 квартал")."""
+    texts = {f"row{i}": f"Северный ветер, 2 квартал 2024 года: показатель {i}" for i in range(8)}
+    texts["memo"] = "Доля рынка, 2 кв. 2024 г.: 19,6 %"
+    matches = match_scores("Доля рынка компании Северный ветер за 2 квартал 2024 года", texts, {})
+    assert all(matches["memo"] > matches[f"row{i}"] for i in range(8)), matches
+
+
 def test_content_query_drops_the_terms_most_candidates_share() -> None:
     candidates = [
         "Tidewell Software Quarterly Report, Q3 2023: Support tickets 33,773",
