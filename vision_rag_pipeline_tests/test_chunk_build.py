@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _continues, _line_groups, build_chunks
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
-from vision_rag_pipeline.documents.model import Element, LoadedDocument, Location
+from vision_rag_pipeline.documents.model import DocumentImage, Element, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, OcrResult
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -131,3 +131,40 @@ def test_a_sentence_the_length_limit_cuts_keeps_its_head_with_its_amount() -> No
         "The Board further authorised a share buyback programme of up to · "
         "$70.8 million, to be executed over the next twelve months at · management's discretion."
     ) in groups
+
+
+def test_a_chunk_is_cited_on_the_page_holding_most_of_its_text() -> None:
+    """A chunk that opens with the previous page's footer is about the next page (real reports put
+    answers on the page before theirs otherwise)."""
+    footer = "www.example.org"
+    body = "Methodology: of the 1,004 interviews, 35 were conducted in Spanish. " * 5
+    doc = LoadedDocument(
+        source_path="/reports/survey.pdf",
+        mime="application/pdf",
+        elements=[
+            Element(kind="text", text=footer, location=Location(page=19, bbox=(72, 750, 200, 760))),
+            Element(kind="text", text=body, location=Location(page=20, bbox=(72, 80, 540, 300))),
+        ],
+        pages=20,
+    )
+
+    [chunk] = build_chunks("doc", doc, [], {}, set(), LoaderConfig(), SplitterConfig())
+
+    assert chunk.page == 20 and chunk.bbox == (72, 80, 540, 300)
+    assert chunk.metadata["pages"] == [19, 20], "every page it touches is still listed"
+
+
+def test_an_untitled_scan_is_titled_by_its_first_line_and_its_excerpts_carry_it() -> None:
+    memo = "Northwind: internal memo, Q2 2024\nMarket share 19.6 %\nHeadcount 7,722"
+    doc, images, enrichments = _document([memo])
+    doc.title = ""
+    doc.images = [
+        DocumentImage(url="memo.pdf#page=1", name="p1.png", mime="image/png", data=b"", is_page_image=True)
+    ]
+    doc.elements = [Element(kind="image", image_index=0, location=Location(page=1))]
+
+    chunks = build_chunks("doc", doc, images, enrichments, set(), LoaderConfig(), SplitterConfig())
+
+    assert {c.metadata["title"] for c in chunks} == {"Northwind: internal memo, Q2 2024"}
+    excerpts = [c.text for c in chunks if "image_excerpt" in c.metadata]
+    assert excerpts and all(t.count("Northwind: internal memo") == 1 for t in excerpts), "said once"

@@ -367,13 +367,16 @@ def test_metadata_and_title_come_from_the_info_dictionary(tmp_path: Path) -> Non
     assert document.metadata["CreationDate"] == "2024-01-31T09:30:00+01:00"
 
 
-@pytest.mark.parametrize("info", [None, {"Title": "report-final.docx"}, {"Title": "UG"}])
+@pytest.mark.parametrize(
+    "info", [None, {"Title": "report-final.docx"}, {"Title": "UG"}, {"Title": "Scan_0001"}]
+)
 def test_title_falls_back_to_the_first_heading(tmp_path: Path, info: dict[str, str] | None) -> None:
     page = Page(
         texts=[Text(72, 740, "Installation Guide", 24)]
         + [Text(72, 700 - 14 * i, "body text", 10) for i in range(5)]
     )
-    assert load_pdf(save(tmp_path, write_pdf([page], info=info))).title == "Installation Guide"
+    path = save(tmp_path, write_pdf([page], info=info), name="scan_0001.pdf")  # a title that is its stem
+    assert load_pdf(path).title == "Installation Guide"
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 3
+CHUNKING_REVISION = 4
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -58,6 +58,8 @@ def build_chunks(
     splitter: SplitterConfig,
 ) -> list[Chunk]:
     """`images[i]` describes `doc.images[i]` (with its sha256); `ignored` holds sha256s of decoration."""
+    if not doc.title:
+        doc = doc.model_copy(update={"title": _scanned_title(doc, images, enrichments)})
     chunks: list[Chunk] = []
     run: list[tuple[str, Element]] = []
 
@@ -101,7 +103,8 @@ def _split_run(
     chunks = []
     for piece in split_text(full, splitter.chunk_size, splitter.chunk_overlap):
         covered = [r for r in rendered if r.start < max(piece.end, piece.start + 1) and r.end > piece.start]
-        chunk = _chunk(document_id, doc, "text", piece.text, [r.element for r in covered], splitter)
+        shares = [min(r.end, piece.end) - max(r.start, piece.start) for r in covered]
+        chunk = _chunk(document_id, doc, "text", piece.text, [r.element for r in covered], splitter, shares)
         chunk.char_span = _source_span(covered, piece.start, piece.end)
         chunks.append(chunk)
     return chunks
@@ -128,8 +131,9 @@ def _chunk(
     text: str,
     elements: list[Element],
     splitter: SplitterConfig,
+    shares: list[int] | None = None,
 ) -> Chunk:
-    page, bbox = _page_and_bbox([e.location for e in elements])
+    page, bbox = _page_and_bbox([e.location for e in elements], shares)
     spans = [e.location.char_span for e in elements if e.location.char_span]
     metadata = _base_metadata(doc)
     metadata["pages"] = sorted({e.location.page for e in elements if e.location.page})
@@ -187,7 +191,7 @@ def _image_chunks(
         text_lines = [line for line in clean_ocr_text(result.ocr.text).splitlines() if line.strip()]
         # the image's own first line is its title ("KPI summary, Q3 2024"): every excerpt repeats it
         title = text_lines[0] if text_lines else ""
-        heading = " — ".join(part for part in (doc.title, image.caption or image.alt, title) if part)
+        heading = " — ".join(dict.fromkeys(p for p in (doc.title, image.caption or image.alt, title) if p))
         for part, lines in enumerate(_line_groups("\n".join(text_lines[1:]), IMAGE_EXCERPT_CHARS)):
             chunks.append(
                 Chunk(
@@ -241,12 +245,36 @@ def _line_groups(text: str, max_chars: int) -> list[str]:
     return groups
 
 
-def _page_and_bbox(locations: list[Location]) -> tuple[int | None, BBox | None]:
-    """The first page the chunk touches and the union of its boxes on that page."""
-    pages = [loc.page for loc in locations if loc.page is not None]
-    if not pages:
+def _scanned_title(
+    doc: LoadedDocument, images: Sequence[ExtractedImage], enrichments: dict[str, EnrichmentResult]
+) -> str:
+    """A document that opens with a scanned page and has no title of its own is titled by the first
+    line read off that page, as a reader would title it (a memo's heading, a letter's letterhead)."""
+    first = doc.elements[0] if doc.elements else None
+    if first is None or first.kind != "image" or not doc.images[first.image_index].is_page_image:
+        return ""
+    result = enrichments.get(images[first.image_index].sha256)
+    lines = [line.strip() for line in clean_ocr_text(result.ocr.text).splitlines()] if result else []
+    return next((line for line in lines if line), "")
+
+
+def _page_and_bbox(
+    locations: list[Location], shares: list[int] | None = None
+) -> tuple[int | None, BBox | None]:
+    """The page holding most of the chunk's text (`shares`: its characters from each location; the
+    first page on a tie) and the union of its boxes on that page.
+
+    A chunk that starts with the previous page's footer is cited on the page it is about: citing the
+    first page it touches put answers on the page before theirs.
+    """
+    weights = shares or [1] * len(locations)
+    chars: dict[int, int] = {}
+    for loc, weight in zip(locations, weights, strict=True):
+        if loc.page is not None:
+            chars[loc.page] = chars.get(loc.page, 0) + weight
+    if not chars:
         return None, None
-    page = pages[0]
+    page = max(chars, key=lambda p: (chars[p], -p))
     boxes = [loc.bbox for loc in locations if loc.page == page and loc.bbox is not None]
     if not boxes:
         return page, None

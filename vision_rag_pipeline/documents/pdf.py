@@ -163,7 +163,7 @@ def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
     _set_char_spans(elements)
     metadata = _metadata(pdf)
     info_title = metadata.get("Title", "")
-    title = info_title if _is_real_title(info_title) else _first_heading(first_page_blocks or [])
+    title = info_title if _is_real_title(info_title, path) else _first_heading(first_page_blocks or [])
     return LoadedDocument(
         source_path=str(path),
         mime=PDF_MIME,
@@ -528,9 +528,14 @@ def _iso_date(value: str) -> str:
     return iso + ("Z" if zone == "Z" else f"{zone[:3]}:{zone[3:]}")
 
 
-def _is_real_title(title: str) -> bool:
-    """Producers often leave a file name ("scan.jpg", "Microsoft Word - x.docx") or a stub as Title."""
-    return sum(char.isalpha() for char in title) >= 3 and not _FILE_NAME.search(title)
+def _is_real_title(title: str, path: Path) -> bool:
+    """Producers often leave a file name ("scan.jpg", "Microsoft Word - x.docx", the file's own
+    stem) or a stub as Title."""
+    return (
+        sum(char.isalpha() for char in title) >= 3
+        and not _FILE_NAME.search(title)
+        and title.strip().casefold() != path.stem.casefold()
+    )
 
 
 _FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{1,3}$")
