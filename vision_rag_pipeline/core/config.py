@@ -178,8 +178,8 @@ class RetrievalConfig(_Strict):
     ef_search: int = Field(100, gt=0)
     image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
     # Re-score the best `rerank_depth` fused hits (0 turns it off) with two general signals:
-    # how exactly each contains the query (its terms and numbers, weighted by how few of those
-    # hits share them, and its word pairs verbatim) and, in hybrid and vector modes, the cosine
+    # how exactly each contains the query (its terms and numbers, each weighted by how few of those
+    # hits hold it; document-title terms count again, x2) and, in hybrid and vector modes, the cosine
     # between each hit and what the question asks (the query minus the terms most hits share).
     # Score: (1 - content_weight) x fused + content_weight x cosine + match_weight x matches,
     # each min-max normalized over those hits.
