@@ -262,6 +262,16 @@ def test_a_month_is_matched_as_written_not_as_a_quarter() -> None:
     assert _reranked(question, texts) == ["march", "quarter"]
 
 
+def test_a_month_written_out_meets_its_abbreviation_on_a_chart_axis() -> None:
+    texts = {
+        "q1": "Monthly active users, Q1 2023 (thousands): 512.0 498.3 505.1 · Jan Feb Mar",
+        "q2": "Monthly active users, Q2 2023 (thousands): 804.7 731.4 754.9 · Apr May Jun",
+    }
+    question = "How many thousand people used the app in April 2023?"
+    assert "apr" in query_terms(question)
+    assert _reranked(question, texts) == ["q2", "q1"]
+
+
 def test_a_question_naming_a_documents_title_finds_that_document_among_siblings() -> None:
     titles = {
         "q2": "Tidewell Software Quarterly Report, Q2 2023",

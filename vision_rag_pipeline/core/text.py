@@ -146,14 +146,60 @@ _RUSSIAN_STOP_LIST = (
 RUSSIAN_STOP_WORDS = frozenset(_RUSSIAN_STOP_LIST.split())
 # Russian interrogatives: like QUESTION_WORDS, they shape a question, never name its subject.
 RUSSIAN_QUESTION_WORDS = frozenset(
-    ["какова", "каков", "каковы", "какое", "какие", "какой", "какая", "каким", "сколько", "что", "кто", "где", "когда", "почему", "зачем", "как", "чему", "чем", "чего", "составила", "составил", "составило", "составили", "был", "была", "было", "были"]
+    [
+        "какова",
+        "каков",
+        "каковы",
+        "какое",
+        "какие",
+        "какой",
+        "какая",
+        "каким",
+        "сколько",
+        "что",
+        "кто",
+        "где",
+        "когда",
+        "почему",
+        "зачем",
+        "как",
+        "чему",
+        "чем",
+        "чего",
+        "составила",
+        "составил",
+        "составило",
+        "составили",
+        "был",
+        "была",
+        "было",
+        "были",
+    ]
 )
 # Words a query never asks about, in every language the analyzers know: not matched as terms.
 NOT_QUERY_TERMS = ENGLISH_STOP_WORDS | QUESTION_WORDS | RUSSIAN_STOP_WORDS | RUSSIAN_QUESTION_WORDS
 # Chinese particles and question words; Chinese is matched as character bigrams, so these are cut
 # out of a question before it is cut into bigrams. Only characters that rarely start or end a
 # content word: "中" or "有" would split 中国 and 有限公司.
-CHINESE_STOP_WORDS = frozenset(["的", "了", "是", "吗", "呢", "么", "多少", "什么", "哪个", "哪些", "是否", "如何", "怎么", "为什么", "请问"])
+CHINESE_STOP_WORDS = frozenset(
+    [
+        "的",
+        "了",
+        "是",
+        "吗",
+        "呢",
+        "么",
+        "多少",
+        "什么",
+        "哪个",
+        "哪些",
+        "是否",
+        "如何",
+        "怎么",
+        "为什么",
+        "请问",
+    ]
+)
 
 # Scripts by Unicode block. Han, kana and Hangul are written without spaces between words.
 _SCRIPT_RANGES = {
@@ -168,6 +214,11 @@ CJK_CHAR = re.compile(f"[{_SCRIPT_RANGES['Kana']}{_SCRIPT_RANGES['Han']}{_SCRIPT
 CJK_RUN = re.compile(CJK_CHAR.pattern + "+")
 # The language a script stands for when only the script is known (Latin counts as English).
 SCRIPT_LANGUAGE = {"Han": "zh", "Kana": "ja", "Hangul": "ko", "Cyrillic": "ru", "Latin": "en"}
+
+
+# A month named in full or abbreviated is one word: chart axes write "Apr", questions "April".
+_MONTHS = "january february march april june july august september october november december"
+ENGLISH_MONTH_ABBREVIATIONS = {month: month[:3] for month in _MONTHS.split()} | {"sept": "sep"}
 
 
 def script_counts(text: str) -> dict[str, int]:

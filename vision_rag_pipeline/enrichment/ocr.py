@@ -812,7 +812,9 @@ _LANGUAGE_SCRIPTS = {
     "jpn_vert": ("Kana", "Han"),
     "kor": ("Hangul", "Han"),
     "kor_vert": ("Hangul", "Han"),
-    **{name: ("Cyrillic",) for name in ("rus", "ukr", "bel", "bul", "mkd", "srp", "kaz", "kir", "mon", "tgk")},
+    **{
+        name: ("Cyrillic",) for name in ("rus", "ukr", "bel", "bul", "mkd", "srp", "kaz", "kir", "mon", "tgk")
+    },
 }
 
 
@@ -844,7 +846,9 @@ def detect_languages(img: Image.Image, languages: list[str]) -> list[str]:
         counts["Kana"] += counts.pop("Han", 0)  # kanji among kana: the page is Japanese
     weights = {script: n * (3 if script in _WIDE_SCRIPTS else 1) for script, n in counts.items()}
     total = sum(weights.values())
-    present = [s for s in sorted(weights, key=lambda s: -weights[s]) if weights[s] >= SCRIPT_MIN_SHARE * total]
+    present = [
+        s for s in sorted(weights, key=lambda s: -weights[s]) if weights[s] >= SCRIPT_MIN_SHARE * total
+    ]
     chosen = [lang for script in present for lang in usable if language_scripts(lang)[0] == script]
     chosen += [lang for script in present for lang in usable if script in language_scripts(lang)[1:]]
     if present and present[0] in _WIDE_SCRIPTS and "eng" in usable:

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
-from vision_rag_pipeline.core.text import NOT_QUERY_TERMS
+from vision_rag_pipeline.core.text import ENGLISH_MONTH_ABBREVIATIONS, NOT_QUERY_TERMS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -197,7 +197,7 @@ def _terms(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
     """Words and numbers, lowercased, possessives cut, words in `drop` left out:
     "Apple's 2021 EPS $5.61" -> apple 2021 eps 5.61."""
     words = (term.lower().removesuffix("'s").removesuffix("’s") for term in _TERM.findall(text))
-    return [word for word in words if word not in drop]
+    return [ENGLISH_MONTH_ABBREVIATIONS.get(word, word) for word in words if word not in drop]
 
 
 def query_terms(query: str) -> list[str]:
