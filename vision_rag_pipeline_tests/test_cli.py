@@ -93,23 +93,14 @@ def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
     config = tmp_path / "rag.json"
     config.write_text(json.dumps({"splitter": {"chunk_size": 400, "chunk_overlap": 40}}))
     env = {**os.environ, "VISION_RAG_CONFIG": str(config)}
-    rerun = subprocess.run(
-        [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert json.loads(rerun.stdout)["unchanged"] == 0, "a changed setting runs the file again"
-    same = subprocess.run(
-        [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert json.loads(same.stdout)["unchanged"] == 1, "...once"
+    assert _ingest_in_a_new_process(doc, env)["unchanged"] == 0, "a changed setting runs the file again"
+    assert _ingest_in_a_new_process(doc, env)["unchanged"] == 1, "...once"
     _remove(document_id_for(doc))  # the other tests search the samples alone
+
+
+def _ingest_in_a_new_process(doc: Path, env: dict[str, str]) -> dict:
+    command = [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"]
+    return json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
 
 
 def _remove(document_id: str) -> None:
