@@ -333,6 +333,27 @@ def test_a_failed_rebuild_keeps_the_old_index(index: LexicalIndex) -> None:
 # --- Elasticsearch errors --------------------------------------------------------------------------
 
 
+def test_two_processes_creating_the_alias_at_once_both_use_it(
+    es_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ingests on two nodes made the alias at the same moment; one took it for a concrete index."""
+    settings_ = es_settings(es_url, monkeypatch)
+    first, second = ElasticsearchLexicalIndex(settings_), ElasticsearchLexicalIndex(settings_)
+    looked = first.client.indices.exists_alias
+
+    def other_process_creates_it_right_after(**kwargs: object) -> bool:
+        answer = looked(**kwargs)
+        if not answer:
+            second.count()
+        return bool(answer)
+
+    monkeypatch.setattr(first.client.indices, "exists_alias", other_process_creates_it_right_after)
+    try:
+        assert first.count() == 0
+    finally:
+        drop_es_indexes(second)
+
+
 def test_elasticsearch_down_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     settings_ = dataclasses.replace(es_settings(url, monkeypatch), username="elastic", password="s3cret-pw")

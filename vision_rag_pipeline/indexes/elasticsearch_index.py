@@ -142,7 +142,8 @@ class ElasticsearchLexicalIndex:
         """Create the first version behind the alias unless the alias already exists."""
         client = self.client
         if not client.indices.exists_alias(name=self.alias):
-            if client.indices.exists(index=self.alias):
+            # `exists` is true for an alias too: another process may have made it since the first look
+            if client.indices.exists(index=self.alias) and not client.indices.exists_alias(name=self.alias):
                 raise LexicalIndexError(
                     f"Elasticsearch at {self.settings.safe_url}: '{self.alias}' is a concrete index, "
                     "not an alias; set VISION_RAG_ES_INDEX to another name or delete it"
