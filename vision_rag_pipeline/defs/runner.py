@@ -226,8 +226,9 @@ def ingest_paths(
     """Register each file as a partition and materialize the asset graph for it, one run each.
 
     A file whose bytes and settings are those of its partition's last complete run is counted as
-    unchanged and launches no run (unless `force`). With several workers the runs execute in that many spawned processes (each loads the models
-    once); with one they execute in this process. Runs left behind by killed processes are failed
+    unchanged and launches no run (unless `force`). The others run biggest first: with several
+    workers in that many spawned processes (each loads the models once), with one in this process.
+    Runs left behind by killed processes are failed
     first, so their pool slots cannot block these. On Ctrl-C no further document starts, the running
     ones are interrupted (Dagster fails their runs) and the report says which finished.
     """
@@ -247,7 +248,7 @@ def ingest_paths(
         else:
             readable[path] = document_id_for(path)
     unchanged = set() if force else _unchanged(instance, readable)
-    for path in unchanged:
+    for path in (p for p in readable if p in unchanged):  # in the order given
         report.documents += 1
         report.unchanged += 1
         progress(f"unchanged {path} ({readable[path]})")
