@@ -228,9 +228,9 @@ def ingest_paths(
     A file whose bytes and settings are those of its partition's last complete run is counted as
     unchanged and launches no run (unless `force`). The others run biggest first: with several
     workers in that many spawned processes (each loads the models once), with one in this process.
-    Runs left behind by killed processes are failed
-    first, so their pool slots cannot block these. On Ctrl-C no further document starts, the running
-    ones are interrupted (Dagster fails their runs) and the report says which finished.
+    Runs left behind by killed processes are failed first, so their pool slots cannot block these.
+    On Ctrl-C no further document starts, the running ones are interrupted (Dagster fails their
+    runs) and the report says which finished.
     """
     started = time.perf_counter()
     report = IngestReport()
