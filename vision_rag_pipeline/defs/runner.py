@@ -21,7 +21,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
@@ -247,15 +247,22 @@ def ingest_paths(
             progress(f"FAILED {reason}")
         else:
             readable[path] = document_id_for(path)
-    unchanged = set() if force else _unchanged(instance, readable)
-    for path in (p for p in readable if p in unchanged):  # in the order given
-        report.documents += 1
-        report.unchanged += 1
-        progress(f"unchanged {path} ({readable[path]})")
-    # biggest first: a large document started last would leave the other workers idle at the end
-    todo = sorted((path for path in readable if path not in unchanged), key=lambda p: -Path(p).stat().st_size)
-    workers = max(1, min(workers or default_workers(), len(todo)))
-    with _started_pool(workers if todo else 1) as pool:  # workers load their models during registration
+    known = set(instance.get_dynamic_partitions(documents_partitions.name))
+    workers = max(1, min(workers or default_workers(), len(readable)))
+    with ExitStack() as stack:
+        # a new file runs for sure: its workers load their models while the others are checked
+        early = force or any(doc_id not in known for doc_id in readable.values())
+        pool = stack.enter_context(_started_pool(workers)) if early else None
+        unchanged = set() if force else _unchanged(instance, readable, known)
+        for path in (p for p in readable if p in unchanged):  # in the order given
+            report.documents += 1
+            report.unchanged += 1
+            progress(f"unchanged {path} ({readable[path]})")
+        # biggest first: a large document started last would leave the other workers idle at the end
+        todo = sorted((p for p in readable if p not in unchanged), key=lambda p: -Path(p).stat().st_size)
+        if not early and todo:
+            workers = max(1, min(workers, len(todo)))
+            pool = stack.enter_context(_started_pool(workers))
         registry = DocumentRegistry()
         accepted = [(path, registry.register(path).document_id) for path in todo]
         instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
@@ -270,14 +277,14 @@ def ingest_paths(
     return report
 
 
-def _unchanged(instance: dg.DagsterInstance, documents: dict[str, str]) -> set[str]:
-    """The paths (of {path: document id}) whose partition's last complete run read these bytes with
-    the settings in effect now, into the index database in use now (it holds the same bytes)."""
+def _unchanged(instance: dg.DagsterInstance, documents: dict[str, str], known: set[str]) -> set[str]:
+    """The paths (of {path: document id}; `known`: the partitions that exist) whose partition's last
+    complete run read these bytes with the settings in effect now, into the index database in use
+    now (it holds the same bytes)."""
     from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.jobs import PER_DOCUMENT
     from vision_rag_pipeline.defs.versions import up_to_date_partitions
 
-    known = set(instance.get_dynamic_partitions(documents_partitions.name))
     candidates = {path: doc_id for path, doc_id in documents.items() if doc_id in known}
     if not candidates:
         return set()
