@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _continues, _line_groups, build_chunks
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import DocumentImage, Element, LoadedDocument, Location
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, OcrResult
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
 from vision_rag_pipeline.images.model import ExtractedImage
 
 KPI_TABLE_OCR = """KPI summary, Q3 2023
@@ -65,8 +65,22 @@ def _document(
 
 def _excerpts(ocr_texts: list[str]) -> list[str]:
     doc, images, enrichments = _document(ocr_texts)
-    chunks = build_chunks("doc", doc, images, enrichments, set(), LoaderConfig(), SplitterConfig())
+    chunks = build_chunks("doc", doc, images, enrichments, [], LoaderConfig(), SplitterConfig())
     return [c.text for c in chunks if c.kind == "image" and "image_excerpt" in c.metadata]
+
+
+def test_image_chunks_and_their_excerpts_carry_the_pictures_perceptual_hash() -> None:
+    doc, images, enrichments = _document([KPI_TABLE_OCR, KPI_TABLE_OCR.replace("KPI", "Staff")])
+    verdicts = [  # the second picture could not be rasterized (an SVG): no hash
+        ImageVerdict(image_sha256=images[0].sha256, verdict="VISION", perceptual_hash="00ff00ff00ff00ff"),
+        ImageVerdict(image_sha256=images[1].sha256, verdict="VISION"),
+    ]
+    chunks = build_chunks("doc", doc, images, enrichments, verdicts, LoaderConfig(), SplitterConfig())
+    hashes: dict[str, set] = {}
+    for chunk in chunks:
+        if chunk.kind == "image":
+            hashes.setdefault(chunk.metadata["image_sha256"], set()).add(chunk.metadata["perceptual_hash"])
+    assert hashes == {images[0].sha256: {"00ff00ff00ff00ff"}, images[1].sha256: {None}}
 
 
 def test_each_table_row_is_its_own_excerpt_under_the_document_caption_and_table_title() -> None:
@@ -148,7 +162,7 @@ def test_a_chunk_is_cited_on_the_page_holding_most_of_its_text() -> None:
         pages=20,
     )
 
-    [chunk] = build_chunks("doc", doc, [], {}, set(), LoaderConfig(), SplitterConfig())
+    [chunk] = build_chunks("doc", doc, [], {}, [], LoaderConfig(), SplitterConfig())
 
     assert chunk.page == 20 and chunk.bbox == (72, 80, 540, 300)
     assert chunk.metadata["pages"] == [19, 20], "every page it touches is still listed"
@@ -163,7 +177,7 @@ def test_an_untitled_scan_is_titled_by_its_first_line_and_its_excerpts_carry_it(
     ]
     doc.elements = [Element(kind="image", image_index=0, location=Location(page=1))]
 
-    chunks = build_chunks("doc", doc, images, enrichments, set(), LoaderConfig(), SplitterConfig())
+    chunks = build_chunks("doc", doc, images, enrichments, [], LoaderConfig(), SplitterConfig())
 
     assert {c.metadata["title"] for c in chunks} == {"Northwind: internal memo, Q2 2024"}
     excerpts = [c.text for c in chunks if "image_excerpt" in c.metadata]

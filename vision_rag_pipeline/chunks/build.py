@@ -20,14 +20,14 @@ from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.fusion import clean_ocr_text
-from vision_rag_pipeline.enrichment.model import EnrichmentResult
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.images.model import ExtractedImage
 
 # An image's text is also indexed in small groups of lines, each under the document title and
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 4
+CHUNKING_REVISION = 5
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -53,11 +53,14 @@ def build_chunks(
     doc: LoadedDocument,
     images: Sequence[ExtractedImage],
     enrichments: dict[str, EnrichmentResult],
-    ignored: set[str],
+    verdicts: Sequence[ImageVerdict],
     loader: LoaderConfig,
     splitter: SplitterConfig,
 ) -> list[Chunk]:
-    """`images[i]` describes `doc.images[i]` (with its sha256); `ignored` holds sha256s of decoration."""
+    """`images[i]` describes `doc.images[i]` (with its sha256); `verdicts` say which images are
+    decoration (IGNORE) and carry each picture's perceptual hash for search by image."""
+    ignored = {v.image_sha256 for v in verdicts if v.verdict == "IGNORE"}
+    fingerprints = {v.image_sha256: v.perceptual_hash for v in verdicts if v.perceptual_hash}
     if not doc.title:
         doc = doc.model_copy(update={"title": _scanned_title(doc, images, enrichments)})
     chunks: list[Chunk] = []
@@ -80,7 +83,7 @@ def build_chunks(
         elif element.text.strip():
             run.append((element.text, element))
     flush()
-    chunks.extend(_image_chunks(document_id, doc, images, enrichments))
+    chunks.extend(_image_chunks(document_id, doc, images, enrichments, fingerprints))
     for index, chunk in enumerate(chunks):
         chunk.index = index
         chunk.chunk_id = f"{document_id}:{index:05d}"
@@ -158,6 +161,7 @@ def _image_chunks(
     doc: LoadedDocument,
     images: Sequence[ExtractedImage],
     enrichments: dict[str, EnrichmentResult],
+    fingerprints: dict[str, str],
 ) -> list[Chunk]:
     chunks, seen = [], set()
     for image in images:
@@ -168,6 +172,7 @@ def _image_chunks(
         metadata = _base_metadata(doc) | {
             "image_sha256": result.image_sha256,
             "image_name": image.name,
+            "perceptual_hash": fingerprints.get(result.image_sha256),
             "image_type": result.image_type,
             "ocr_confidence": result.ocr.level,
             "ocr_languages": result.ocr.languages,  # the Tesseract languages this image was read with

@@ -38,7 +38,7 @@ def document_chunks(
         raw_documents,
         extracted_images,
         image_enrichments.results,
-        {v.image_sha256 for v in image_verdicts if v.verdict == "IGNORE"},
+        image_verdicts,
         config.loader,
         config.splitter,
     )

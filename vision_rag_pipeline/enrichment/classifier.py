@@ -31,9 +31,10 @@ from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.model import ImageVerdict
 from vision_rag_pipeline.enrichment.ocr import OcrError, probe_text
 from vision_rag_pipeline.enrichment.preprocess import ImageError, load_image, svg_text
+from vision_rag_pipeline.images.fingerprint import perceptual_hash
 
 # Bump when a change here changes verdicts: the image_verdicts code version includes it.
-CLASSIFIER_REVISION = 3
+CLASSIFIER_REVISION = 4  # 4: verdicts carry the picture's perceptual hash
 TINY_SIDE = 48  # px: smaller than 48x48 is an icon or a bullet
 TINY_AREA = 4_000  # px2: a 200x19 strip carries no fact either
 DIVIDER_ASPECT = 15.0
@@ -250,7 +251,9 @@ def _probe(img: Image.Image, evidence: _Evidence) -> None:
     )
 
 
-def _verdict(image: DocumentImage, evidence: _Evidence, threshold: float) -> ImageVerdict:
+def _verdict(
+    image: DocumentImage, evidence: _Evidence, threshold: float, fingerprint: str | None = None
+) -> ImageVerdict:
     asserted = {t: c for t, c in evidence.confidences.items() if c >= threshold}
     decoration = max((c for t, c in asserted.items() if t in DECORATION_TAGS), default=0.0)
     content = evidence.strongest(decoration=False)
@@ -264,6 +267,7 @@ def _verdict(image: DocumentImage, evidence: _Evidence, threshold: float) -> Ima
         tags=sorted(asserted, key=lambda t: -asserted[t]),
         scores=scores,
         threshold=threshold,
+        perceptual_hash=fingerprint,
     )
 
 
@@ -279,12 +283,13 @@ def classify_image(
             return _svg_verdict(image, threshold, str(exc))
         evidence.tag("blank", 1.0, str(exc))
         return _verdict(image, evidence, threshold)
+    fingerprint = perceptual_hash(img)
     stats = image_stats(img)
     _picture_evidence(stats, evidence)
     if image.is_page_image:
         if "blank" not in evidence.confidences:
             evidence.tag("page", 1.0, "a scanned page: always read")
-        return _verdict(image, evidence, threshold)
+        return _verdict(image, evidence, threshold, fingerprint)
     _size_evidence(image, stats, evidence)
     if repeats >= REPEAT_COUNT:
         evidence.tag("repeated", 1.0, f"the same image appears {repeats} times in the document")
@@ -294,7 +299,7 @@ def classify_image(
     hard = evidence.strongest(decoration=True) >= 1.0
     if not hard and _verdict(image, evidence, threshold).verdict == "IGNORE":
         _probe(img, evidence)  # only a doubtful IGNORE is worth a Tesseract run: text can rescue it
-    return _verdict(image, evidence, threshold)
+    return _verdict(image, evidence, threshold, fingerprint)
 
 
 def _svg_verdict(image: DocumentImage, threshold: float, reason: str) -> ImageVerdict:
@@ -328,12 +333,19 @@ def classify_images(images: list[DocumentImage], config: ClassifierFeature) -> l
 def _unclassified(image: DocumentImage, threshold: float) -> ImageVerdict:
     """Classifier off: every image that can be read (an SVG by its own text) goes to enrichment."""
     reasons = ["classifier disabled"]
+    fingerprint = None
     try:
-        load_image(image.data, image.mime)
+        fingerprint = perceptual_hash(load_image(image.data, image.mime))
     except ImageError as exc:
         if not is_svg(image.data, image.mime):
             return ImageVerdict(
                 image_sha256=image.sha256, verdict="IGNORE", reasons=[str(exc)], threshold=threshold
             )
         reasons.append(str(exc))
-    return ImageVerdict(image_sha256=image.sha256, verdict="VISION", reasons=reasons, threshold=threshold)
+    return ImageVerdict(
+        image_sha256=image.sha256,
+        verdict="VISION",
+        reasons=reasons,
+        threshold=threshold,
+        perceptual_hash=fingerprint,
+    )

@@ -18,6 +18,7 @@ class ImageVerdict(BaseModel):
     tags: list[str] = Field(default_factory=list)
     scores: dict[str, float] = Field(default_factory=dict)
     threshold: float = 0.8
+    perceptual_hash: str | None = None  # of a decodable raster (images/fingerprint.py)
 
 
 class OcrResult(BaseModel):
