@@ -267,16 +267,18 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     def search_endpoint(request: SearchRequest) -> SearchResponse:
         config = resolve_config(request.rag_config)
         queries: list[tuple[str, float]] = [(request.query, 1.0)] if request.query else []
+        picture = None
         if request.image:
             from vision_rag_pipeline.query.image_query import describe_query_image
 
-            description = describe_query_image(_decode_image(request.image), config)
-            queries.append((description, config.retrieval.image_query_weight))
-        if not queries:
+            picture = describe_query_image(_decode_image(request.image), config)
+        if not queries and not picture:
             raise HTTPException(422, "give a query or an image")
         filters = Filters(documents=request.documents, kinds=request.kinds, metadata=request.metadata)
         try:
-            hits = search_queries(queries, request.k, request.mode, filters=filters, config=config)
+            hits = search_queries(
+                queries, request.k, request.mode, image=picture, filters=filters, config=config
+            )
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
         return SearchResponse(hits=hits)

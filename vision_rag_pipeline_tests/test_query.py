@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
@@ -20,7 +20,7 @@ from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.query.image_query import QueryImageError
+from vision_rag_pipeline.query.image_query import QueryImageError, describe_query_image
 from vision_rag_pipeline.query.search import (
     Ranking,
     content_query,
@@ -28,6 +28,7 @@ from vision_rag_pipeline.query.search import (
     query_terms,
     rerank,
     rrf_fuse,
+    same_picture,
     search,
     weighted_fuse,
 )
@@ -136,7 +137,12 @@ def build_corpus() -> list[Chunk]:
             text=batch.results[image.sha256].meta_content,
             char_span=(40, 40),
             image=image.url,
-            metadata={"source": "/archive/zoo-feed.mhtml", "image_type": "Chart"},
+            metadata={
+                "source": "/archive/zoo-feed.mhtml",
+                "image_type": "Chart",
+                "image_sha256": image.sha256,
+                "perceptual_hash": verdict.perceptual_hash,
+            },
         )
     )
     return [*chunks, pdf_chunk()]
@@ -205,6 +211,70 @@ def test_a_resized_copy_of_a_chart_finds_its_image_chunk(corpus: list[Chunk], tm
     hits = search(image=query, k=3)
     assert hits[0].chunk_id == f"{CHART_DOC}:00000"
     assert hits[0].image == "https://zoo.example/feed.png"
+
+
+def photographed(png: bytes) -> bytes:
+    """The picture as a blurred phone photo: no word of it reads any more, its shapes remain."""
+    img = Image.open(io.BytesIO(png)).convert("RGB").filter(ImageFilter.GaussianBlur(4))
+    buffer = io.BytesIO()
+    img.resize((img.width // 2, img.height // 2)).save(buffer, format="JPEG", quality=30)
+    return buffer.getvalue()
+
+
+def test_a_photo_of_a_chart_whose_text_no_longer_reads_finds_it_by_its_picture(
+    corpus: list[Chunk], tmp_path: Path
+) -> None:
+    query = tmp_path / "photo.jpg"
+    query.write_bytes(photographed(chart()))
+    assert "Quokka" not in describe_query_image(query).text  # the text search has nothing to go on
+    hits = search(image=query, k=3)
+    assert hits[0].chunk_id == f"{CHART_DOC}:00000"
+    off = RagConfig(retrieval=RetrievalConfig(near_duplicate_bits=None))
+    without = {hit.chunk_id: hit.score for hit in search(image=query, k=10, config=off)}
+    assert hits[0].score > without.get(hits[0].chunk_id, 0.0)  # found as the same picture
+
+
+def test_a_picture_counts_as_the_copied_one_only_when_no_other_is_nearly_as_close() -> None:
+    settings = RetrievalConfig(near_duplicate_bits=8, near_duplicate_margin=6)
+    clear = {"a:1": (2, "aa"), "b:1": (2, "aa"), "c:1": (9, "cc")}  # one picture in two documents
+    assert same_picture(clear, settings) == ["a:1", "b:1"]
+    siblings = {"a:1": (3, "aa"), "c:1": (8, "cc")}  # one chart template, two periods
+    assert same_picture(siblings, settings) == []
+    assert same_picture({"a:1": (9, "aa")}, settings) == []  # too far to be a copy
+
+
+@st.composite
+def near_pictures(draw: st.DrawFn) -> dict[str, tuple[int, str]]:
+    """Chunks of a few indexed pictures, each picture at its own distance from the query."""
+    distances = draw(st.dictionaries(st.sampled_from("abcd"), st.integers(0, 64), min_size=1))
+    chunks = draw(st.dictionaries(st.text(min_size=1), st.sampled_from(sorted(distances)), max_size=8))
+    return {cid: (distances[picture], picture) for cid, picture in chunks.items()}
+
+
+@given(near_pictures())
+def test_the_copied_picture_is_the_closest_one_and_clear_of_all_others(
+    near: dict[str, tuple[int, str]],
+) -> None:
+    settings = RetrievalConfig()
+    same = same_picture(near, settings)
+    if same:
+        closest = min(distance for distance, _ in near.values())
+        pictures = {near[cid][1] for cid in same}
+        assert len(pictures) == 1 and {near[cid][0] for cid in same} == {closest}
+        assert closest <= settings.near_duplicate_bits
+        others = [d for d, picture in near.values() if picture not in pictures]
+        assert all(d - closest >= settings.near_duplicate_margin for d in others)
+
+
+def test_a_photo_of_another_picture_is_no_near_duplicate(corpus: list[Chunk], tmp_path: Path) -> None:
+    img = Image.new("RGB", (640, 400), "white")
+    ImageDraw.Draw(img).ellipse((200, 80, 440, 320), fill="#1f4e79")  # same colours, another shape
+    buffer = io.BytesIO()
+    img.save(buffer, format="PNG")
+    query = tmp_path / "pie.jpg"
+    query.write_bytes(photographed(buffer.getvalue()))
+    off = RagConfig(retrieval=RetrievalConfig(near_duplicate_bits=None))
+    assert search(image=query, k=10) == search(image=query, k=10, config=off)
 
 
 def test_an_unreadable_query_image_is_a_clear_error(tmp_path: Path) -> None:

@@ -177,6 +177,12 @@ class RetrievalConfig(_Strict):
     candidates: int = Field(50, gt=0)
     ef_search: int = Field(100, gt=0)
     image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
+    # Search by image: the indexed picture whose perceptual hash (64-bit dHash) differs from the query
+    # image's in at most `near_duplicate_bits` bits, with every other picture at least
+    # `near_duplicate_margin` bits further, is the same picture (photographed, re-saved, resized) and
+    # comes first; None turns the signal off. BENCHMARKS.md "Search by image" measures both numbers.
+    near_duplicate_bits: int | None = Field(8, ge=0, le=64)
+    near_duplicate_margin: int = Field(6, ge=0, le=64)
     # Re-score the best `rerank_depth` fused hits (0 turns it off) with two general signals:
     # how exactly each contains the query (its terms and numbers, each weighted by how few of those
     # hits hold it; document-title terms count again, x2) and, in hybrid and vector modes, the cosine

@@ -197,6 +197,30 @@ class PgVectorStore:
         ordered = sorted(rows, key=lambda row: -row[1])  # relaxed order: nearly sorted, made exact here
         return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
 
+    def near_duplicates(
+        self,
+        perceptual_hash: str,
+        max_bits: int,
+        *,
+        document_ids: list[str] | None = None,
+        kinds: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, tuple[int, str]]:
+        """{chunk id: (differing bits, its picture's hash)} of the image chunks (not their excerpts)
+        whose picture's perceptual hash is within `max_bits` of `perceptual_hash`, closest first: a
+        scan of the image chunks."""
+        where, params = _filters(document_ids, kinds, metadata)
+        distance = "bit_count(('x' || (metadata->>'perceptual_hash'))::bit(64) # ('x' || %s)::bit(64))"
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                f"SELECT chunk_id, distance, hash FROM (SELECT chunk_id, {distance} AS distance,"
+                f" metadata->>'perceptual_hash' AS hash FROM chunks {where} {'AND' if where else 'WHERE'}"
+                " kind = 'image' AND metadata->>'perceptual_hash' IS NOT NULL"
+                " AND NOT metadata ? 'image_excerpt') AS scored WHERE distance <= %s ORDER BY distance, chunk_id",
+                (perceptual_hash, *params, max_bits),
+            ).fetchall()
+        return {chunk_id: (int(distance), picture) for chunk_id, distance, picture in rows}
+
     def similarities(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         """Cosine similarity of the stored chunk embeddings to `vector` (no re-encoding)."""
         if not chunk_ids:

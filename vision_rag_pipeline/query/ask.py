@@ -368,9 +368,8 @@ def ask(
     queries: list[tuple[str, float]] = [(question, 1.0)]
     if settings.decompose:
         queries += [(sub, 1.0) for sub in decompose(question, settings.max_subquestions)]
-    if image is not None:
-        queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
-    hits = search_queries(queries, k, config=config)
+    picture = describe_query_image(image, config) if image is not None else None
+    hits = search_queries(queries, k, image=picture, config=config)
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
     context, _ = relevant_context(question_vector, hits, config)
     client = client or (
@@ -382,7 +381,11 @@ def ask(
     text = ""
     if client is not None and context:
         generated = llm_answer(
-            client, question, context, settings, lambda: search_queries(queries, k * 2, config=config)
+            client,
+            question,
+            context,
+            settings,
+            lambda: search_queries(queries, k * 2, image=picture, config=config),
         )
         if generated is not None:
             text, located = generated

@@ -2,7 +2,8 @@
 
 The query image goes through the same steps as a document image (decode and preprocess, OCR,
 the vision model when an endpoint is configured, fusion into Meta-Content), so its description
-uses the same words as the chunk of a matching indexed image. The classifier's tags feed the
+uses the same words as the chunk of a matching indexed image; its perceptual hash finds the same
+picture indexed, however its text was read. The classifier's tags feed the
 image type as they do at indexing, but its verdict is overruled: the user asked about this image.
 The enrichment cache is not used: a query image is seen once and must not fill the cache.
 """
@@ -10,6 +11,7 @@ The enrichment cache is not used: a query image is seen once and must not fill t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from vision_rag_pipeline.core.config import RagConfig, load_config
 from vision_rag_pipeline.core.sniff import image_mime, is_svg
@@ -21,6 +23,14 @@ from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, ImageErro
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 QUERY_DOCUMENT = "query"
+
+
+class QueryImage(NamedTuple):
+    """What search by image looks for: the image described as enrichment describes indexed images,
+    and its perceptual hash (None when it cannot be rasterized, e.g. an SVG)."""
+
+    text: str
+    perceptual_hash: str | None
 
 
 class QueryImageError(ValueError):
@@ -49,8 +59,9 @@ def query_image(image: str | Path | bytes, name: str = "query-image") -> Documen
     return DocumentImage(url=f"query:{label}", name=label, mime=mime, data=data)
 
 
-def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> str:
-    """The text to search for: the image's type, keywords and Meta-Content body (no [Source] line)."""
+def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> QueryImage:
+    """The text to search for (the image's type, keywords and Meta-Content body, no [Source] line)
+    and the picture's perceptual hash."""
     config = config or load_config()
     picture = query_image(image)
     verdict = classify_images([picture], config.media_enrichment.features.classifier)[0]
@@ -65,4 +76,5 @@ def describe_query_image(image: str | Path | bytes, config: RagConfig | None = N
     result = batch.results[picture.sha256]
     fields = parse_meta_content(result.meta_content)
     keywords = ", ".join(fields["keywords"])
-    return "\n".join(part for part in (str(fields["type"]), keywords, str(fields["content"])) if part)
+    text = "\n".join(part for part in (str(fields["type"]), keywords, str(fields["content"])) if part)
+    return QueryImage(text, verdict.perceptual_hash)

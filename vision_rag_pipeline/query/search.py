@@ -3,7 +3,9 @@
 Reads only what the assets wrote; the embedding model and index handles are opened once per
 process so a warm search is a query embedding plus two index lookups per query text. A text and
 an image (or several sub-questions) are separate rankings fused together, so a chunk found by
-several of them is one hit with the combined score.
+several of them is one hit with the combined score. Indexed pictures whose perceptual hash is
+within a few bits of the query image's are one more ranking, and the one picture the query is
+clearly a copy of (a photo, re-save or resize of it) comes first.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_con
 from vision_rag_pipeline.core.text import ENGLISH_MONTH_ABBREVIATIONS, NOT_QUERY_TERMS
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
+from vision_rag_pipeline.images.fingerprint import HASH_BITS
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
-from vision_rag_pipeline.query.image_query import describe_query_image
+from vision_rag_pipeline.query.image_query import QueryImage, describe_query_image
 
 SearchMode = Literal["hybrid", "vector", "lexical"]
 SEARCH_MODES = ("hybrid", "vector", "lexical")
@@ -119,18 +122,21 @@ def search_queries(
     k: int,
     mode: SearchMode = "hybrid",
     *,
+    image: QueryImage | None = None,
     filters: Filters | None = None,
     config: RagConfig | None = None,
 ) -> list[Hit]:
-    """Best chunks for several weighted query texts at once (text + image description, sub-questions)."""
+    """Best chunks for several weighted query texts at once (text, sub-questions) and an image."""
     if mode not in SEARCH_MODES:
         raise ValueError(f"mode must be hybrid, vector or lexical, not {mode!r}")
     if k <= 0:
         raise ValueError(f"k must be positive, not {k}")
+    config = config or load_config()
+    if image is not None:
+        queries = [*queries, (image.text, config.retrieval.image_query_weight)]
     queries = [(text, weight) for text, weight in queries if text and text.strip()]
     if not queries:
         raise ValueError("give a text or an image to search for")
-    config = config or load_config()
     filters = filters or Filters()
     if filters.kinds is not None and (unknown := set(filters.kinds) - set(CHUNK_KINDS)):
         raise ValueError(f"unknown chunk kind(s) {sorted(unknown)}; use text, table or image")
@@ -161,10 +167,23 @@ def search_queries(
             )
             rankings.append(Ranking(scores, weight * retrieval.vector_weight))
     rankings += lexical_rankings
+    near: dict[str, tuple[int, str]] = {}
+    if image is not None and image.perceptual_hash and retrieval.near_duplicate_bits is not None:
+        near = store.near_duplicates(
+            image.perceptual_hash,
+            retrieval.near_duplicate_bits + retrieval.near_duplicate_margin,
+            document_ids=document_ids,
+            kinds=filters.kinds,
+            metadata=filters.metadata,
+        )
+        closeness = {cid: 1 - distance / HASH_BITS for cid, (distance, _) in near.items()}
+        rankings.append(Ranking(closeness, retrieval.image_query_weight))
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
     depth = max(k, retrieval.rerank_depth)
-    chunks = store.fetch(ranked[: depth * 2])  # a lexical entry may outlive its Postgres row briefly
+    chunks = store.fetch(
+        [*ranked[: depth * 2], *near]
+    )  # a lexical entry may outlive its Postgres row briefly
     best = [cid for cid in ranked[: depth * 2] if cid in chunks][:depth]
     head = best[: retrieval.rerank_depth]
     if head:
@@ -184,7 +203,26 @@ def search_queries(
         if retrieval.low_confidence_ocr_last:
             head = sorted(head, key=lambda cid: _unsure_ocr(chunks[cid]))  # stable: order kept otherwise
         best = head + best[len(head) :]
+    same = [cid for cid in same_picture(near, retrieval) if cid in chunks]
+    best = same + [cid for cid in best if cid not in same]
     return [_hit(chunks[cid], fused[cid]) for cid in best[:k]]
+
+
+def same_picture(near: dict[str, tuple[int, str]], retrieval: RetrievalConfig) -> list[str]:
+    """The chunks of the one indexed picture the query image is a copy of, or none when unsure.
+
+    A copy is within `near_duplicate_bits` of its original, but so can be every chart a report series
+    draws from one template (2-10 bits apart on the generated set). So the closest picture counts as
+    the same only when every other picture is at least `near_duplicate_margin` bits further away: at
+    8 and 6, no query of the generated or the real-picture set put a wrong picture first.
+    """
+    if not near:
+        return []
+    closest, picture = min(near.values())
+    runner_up = min((d for d, other in near.values() if other != picture), default=HASH_BITS + 1)
+    if closest > retrieval.near_duplicate_bits or runner_up - closest < retrieval.near_duplicate_margin:
+        return []
+    return [cid for cid, (_, other) in near.items() if other == picture]
 
 
 _TERM = re.compile(r"\d+(?:[.,:]\d+)*|[^\W_]+(?:['’-][^\W_]+)*")
@@ -294,13 +332,10 @@ def search(
     metadata contains it (JSON containment, e.g. `{"image_type": "Chart"}`).
     """
     config = config or load_config()
-    queries: list[tuple[str, float]] = []
-    if text and text.strip():
-        queries.append((text, 1.0))
-    if image is not None:
-        queries.append((describe_query_image(image, config), config.retrieval.image_query_weight))
+    queries = [(text, 1.0)] if text else []
+    picture = describe_query_image(image, config) if image is not None else None
     filters = Filters(documents=document_ids, kinds=kinds, metadata=metadata)
-    return search_queries(queries, k, mode, filters=filters, config=config)
+    return search_queries(queries, k, mode, image=picture, filters=filters, config=config)
 
 
 def _unsure_ocr(chunk: Chunk) -> bool:
