@@ -6,6 +6,7 @@ import base64
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -205,6 +206,23 @@ def test_repeated_failures_open_the_breaker_for_the_rest_of_the_run(server: Fake
         client.fuse("system", "user", "gpt-4o", {})
     assert later.value.reason == "circuit open"
     assert len(server.requests) == 3, "once open, the endpoint is not asked again"
+
+
+def test_after_a_failure_no_new_call_starts_while_earlier_calls_are_still_out(server: FakeOpenAI) -> None:
+    """A thread whose call failed must not send its next one before the call still hanging in
+    another thread has timed out: that timeout opens the breaker (it once cost a second budget)."""
+    server.script(HANG, error_reply(503, "overloaded"))
+    client = _limited(server, max_attempts=1, timeout_s=2, image_budget_s=5, breaker_failures=2)
+    hanging = threading.Thread(target=lambda: pytest.raises(VisionError, client.describe_one, PNG, FEATURE))
+    hanging.start()
+    while not server.requests:  # the hanging call is out
+        time.sleep(0.01)
+    with pytest.raises(VisionError, match="overloaded"):
+        client.describe_one(PNG, FEATURE)  # the first failure
+    with pytest.raises(VisionError, match="circuit open"):
+        client.describe_one(PNG, FEATURE)  # waits for the hanging call's timeout, the second failure
+    hanging.join()
+    assert len(server.requests) == 2, "the endpoint was not asked a third time"
 
 
 def test_a_success_resets_the_breaker_and_a_refused_image_never_opens_it(server: FakeOpenAI) -> None:

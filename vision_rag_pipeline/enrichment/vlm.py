@@ -69,35 +69,61 @@ class _Failure(NamedTuple):
 
 
 class _Breaker:
-    """One run's patience with the endpoint: consecutive failures and a deadline, shared by its threads."""
+    """One run's patience with the endpoint: consecutive failures and a deadline, shared by its threads.
+
+    After a failed call, no new call starts while calls begun before it are still out: they are
+    about to say whether the endpoint is down (a hanging endpoint times them all out together, and
+    a thread starting its next image in between would wait a whole budget again).
+    """
 
     def __init__(self, limits: ProviderLimits, clock: Callable[[], float]) -> None:
         self.limits = limits
         self.clock = clock
-        self._lock = threading.Lock()
+        self._verdict = threading.Condition()
         self._failures = 0
+        self._in_flight = 0
         self._deadline: float | None = None
         self._first_call: float | None = None
         self._last_return: float | None = None
         self.open_reason: str | None = None
 
     def deadline(self) -> float:
-        with self._lock:
+        with self._verdict:
             if self._deadline is None:
                 self._deadline = self.clock() + self.limits.document_budget_s
             return self._deadline
 
+    def await_verdict(self, until: float) -> None:
+        """While a call has failed and others are still out, wait (until `until`) for their outcome."""
+        with self._verdict:
+            while self._failures and self._in_flight and self.open_reason is None:
+                remaining = until - self.clock()
+                if remaining <= 0:
+                    return
+                self._verdict.wait(remaining)
+
     def attempt_started(self) -> None:
-        with self._lock:
+        with self._verdict:
+            self._in_flight += 1
             self._first_call = self._first_call or self.clock()
 
-    def attempt_ended(self) -> None:
-        with self._lock:
+    def attempt_ended(self, outcome: str | _Failure | None) -> None:
+        """Record one attempt's outcome (None: it raised): success resets the failure count, a failure
+        that says something about the endpoint adds to it and may open the breaker."""
+        with self._verdict:
+            self._in_flight -= 1
             self._last_return = self.clock()
+            if isinstance(outcome, str):
+                self._failures = 0
+            elif outcome is not None and outcome.counts:
+                self._failures += 1
+                if self._failures >= self.limits.breaker_failures and self.open_reason is None:
+                    self.open_reason = f"{self._failures} failed calls in a row (last: {outcome.reason})"
+            self._verdict.notify_all()
 
     def seconds_waited(self) -> float:
         """Wall time from the run's first call to the end of its last: what the endpoint cost it."""
-        with self._lock:
+        with self._verdict:
             return (self._last_return or 0.0) - (self._first_call or 0.0)
 
     def check(self) -> None:
@@ -107,16 +133,6 @@ class _Breaker:
             raise VisionError(
                 f"circuit open: {self.open_reason}; offline path for the rest of the run", "circuit open"
             )
-
-    def failed(self, reason: str) -> None:
-        with self._lock:
-            self._failures += 1
-            if self._failures >= self.limits.breaker_failures and self.open_reason is None:
-                self.open_reason = f"{self._failures} failed calls in a row (last: {reason})"
-
-    def succeeded(self) -> None:
-        with self._lock:
-            self._failures = 0
 
 
 class VisionClient:
@@ -186,19 +202,19 @@ class VisionClient:
         last_error, reason = "no attempt made", "time budget"
         for attempt in range(self.limits.max_attempts):
             self.breaker.check()
+            self.breaker.await_verdict(deadline)
+            self.breaker.check()
             remaining = deadline - self.clock()
             if remaining <= 0:
                 break
             self.breaker.attempt_started()
+            outcome: str | _Failure | None = None
             try:
                 outcome = self._attempt(model, messages, llm_kwargs, min(self.limits.timeout_s, remaining))
             finally:
-                self.breaker.attempt_ended()
+                self.breaker.attempt_ended(outcome)
             if isinstance(outcome, str):
-                self.breaker.succeeded()
                 return outcome
-            if outcome.counts:
-                self.breaker.failed(outcome.reason)
             reason, last_error = outcome.reason, outcome.message
             if not outcome.retriable:
                 raise VisionError(f"{model}: {last_error}", reason)
