@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import random
-import shutil
 import statistics
 import sys
 import time
@@ -41,7 +39,7 @@ from PIL import Image, ImageFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_real import DEFAULT_CORPUS  # noqa: E402
-from eval_retrieval import ingest, stop_embedded_postgres  # noqa: E402
+from eval_retrieval import ingest, stop_embedded_postgres, use_home  # noqa: E402
 
 if TYPE_CHECKING:
     from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
@@ -201,13 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: no reference corpus at {args.corpus}")
         return 0
     owns_home = args.home is None
-    home = (args.home or Path("/tmp/vision_rag_eval_image_search")).resolve()
-    if not args.skip_ingest and home.exists():
-        stop_embedded_postgres(home)
-        shutil.rmtree(home)
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ["VISION_RAG_HOME"] = str(home)
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    home = use_home(args.home or Path("/tmp/vision_rag_eval_image_search"), fresh=not args.skip_ingest)
     try:
         if not args.skip_ingest:
             print(f"ingesting {len(documents)} documents into {home} ...", file=sys.stderr)

@@ -27,15 +27,13 @@ import argparse
 import ast
 import json
 import math
-import os
 import re
-import shutil
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_retrieval import contains_fact, hit_dict, ingest, stop_embedded_postgres  # noqa: E402
+from eval_retrieval import contains_fact, hit_dict, ingest, stop_embedded_postgres, use_home  # noqa: E402
 
 # ../shared/corpus beside the checkout (or beside any folder above it, for a worktree)
 DEFAULT_CORPUS = next(
@@ -266,13 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     documents = sorted({q["document"] for q in questions})
 
     owns_home = args.home is None
-    home = (args.home or Path("/tmp/vision_rag_eval_real")).resolve()
-    if not args.skip_ingest and home.exists():
-        stop_embedded_postgres(home)
-        shutil.rmtree(home)
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ["VISION_RAG_HOME"] = str(home)
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    home = use_home(args.home or Path("/tmp/vision_rag_eval_real"), fresh=not args.skip_ingest)
     report: dict = {"home": str(home), "k": args.k, "mode": args.mode}
     try:
         if not args.skip_ingest:

