@@ -201,8 +201,7 @@ class VisionClient:
         )
         last_error, reason = "no attempt made", "time budget"
         for attempt in range(self.limits.max_attempts):
-            self.breaker.check()
-            self.breaker.await_verdict(deadline)
+            self.breaker.await_verdict(deadline)  # returns at once when nothing is in doubt
             self.breaker.check()
             remaining = deadline - self.clock()
             if remaining <= 0:

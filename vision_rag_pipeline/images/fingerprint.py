@@ -2,7 +2,7 @@
 
 dHash: the picture in grey at 9 x 8, one bit per pair of horizontal neighbours (is the right one
 brighter?). JPEG artefacts, noise, a slight blur or tilt and any scaling flip few of the 64 bits;
-a different picture flips about half. A crop or a redraw moves the picture under the grid and is
+an unrelated picture flips about half, a chart drawn from the same template only a few. A crop or a redraw moves the picture under the grid and is
 left to the image's text, which search matches as well.
 
 A plain picture (a blank page, a flat background, a thin rule) gets no hash: its bits are ties
@@ -28,4 +28,4 @@ def perceptual_hash(img: Image.Image) -> str | None:
     steps = np.diff(grey, axis=1)
     if int((np.abs(steps) >= DISTINCT_STEP).sum()) < MIN_DISTINCT_PAIRS:
         return None
-    return f"{int(''.join('1' if step > 0 else '0' for step in steps.ravel()), 2):016x}"
+    return np.packbits(steps.ravel() > 0).tobytes().hex()

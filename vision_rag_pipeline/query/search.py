@@ -181,9 +181,8 @@ def search_queries(
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
     depth = max(k, retrieval.rerank_depth)
-    chunks = store.fetch(
-        [*ranked[: depth * 2], *near]
-    )  # a lexical entry may outlive its Postgres row briefly
+    # a lexical entry may outlive its Postgres row briefly; near pictures may rank below the cut
+    chunks = store.fetch([*ranked[: depth * 2], *near])
     best = [cid for cid in ranked[: depth * 2] if cid in chunks][:depth]
     head = best[: retrieval.rerank_depth]
     if head:
