@@ -5,10 +5,12 @@
 Reads the `document_chunks` values a previous ingest stored in the index database of a
 VISION_RAG_HOME (table asset_values; by default the home `bench/bench_ingest.py` writes), then encodes each document's chunks the way chunk_embeddings
 does, one call per document on one torch thread, with every variant in turn (interleaved, so
-load on the shared machine hits all alike). Variants: the encoder's precisions with
-sentence-transformers' fixed batches of 64 (the old behaviour) and with similar-length batches
-(`encoder.encode`), plus dynamic int8 quantization of the Linear layers for comparison. Prints one
-JSON object: median ms per document, texts/s, padding share, and cosine to float32 vectors.
+load on the shared machine hits all alike). Variants, at each precision: sentence-transformers
+itself with its fixed batches of 64, and the pipeline's encoder (`encoder.encode`: similar-length
+batches, the model run by `embeddings/bert.py`); sentence-transformers with similar-length batches
+in bfloat16 (the same work through the library) and with dynamic int8 quantization of the Linear
+layers, for comparison. Prints one JSON
+object: median ms per document, texts/s, padding share, and cosine to float32 vectors.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from vision_rag_pipeline.embeddings.encoder import encode, load_encoder, similar_length_batches
+from vision_rag_pipeline.embeddings.encoder import (
+    encode,
+    load_encoder,
+    model_directory,
+    similar_length_batches,
+)
 
 MODEL = "all-MiniLM-L6-v2"
 FIXED_BATCH = 64
@@ -67,9 +74,11 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from sentence_transformers import SentenceTransformer
 
+    torch.set_num_threads(1)
     docs = load_chunk_texts(args.home, args.docs)
-    float_model = load_encoder(MODEL, "float32")
+    float_model = SentenceTransformer(str(model_directory(MODEL)), device="cpu")
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated, still the offline option
         warnings.simplefilter("ignore")
         int8_model = torch.ao.quantization.quantize_dynamic(
@@ -77,8 +86,7 @@ def main() -> None:
         )
 
     def token_counts(texts: list[str]) -> list[int]:
-        ids = float_model.tokenizer(texts, truncation=True, max_length=float_model.max_seq_length)
-        return [len(row) for row in ids["input_ids"]]
+        return [len(ids) for ids in load_encoder(MODEL, "float32").token_ids(texts)]
 
     def similar_length_encode(model, texts: list[str]) -> np.ndarray:
         rows = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
@@ -96,11 +104,15 @@ def main() -> None:
             texts, batch_size=FIXED_BATCH, normalize_embeddings=True, show_progress_bar=False
         )
 
+    bfloat16_model = copy.deepcopy(float_model).to(torch.bfloat16)
     variants = {
         "float32 fixed-64": fixed(float_model),
         "float32 similar-length": lambda texts: encode(texts, MODEL, FIXED_BATCH, "float32"),
-        "bfloat16 fixed-64": fixed(load_encoder(MODEL, "bfloat16")),
+        "bfloat16 fixed-64": fixed(bfloat16_model),
         "bfloat16 similar-length": lambda texts: encode(texts, MODEL, FIXED_BATCH, "bfloat16"),
+        "bfloat16 similar-length, sentence-transformers": lambda texts: similar_length_encode(
+            bfloat16_model, texts
+        ),
         "int8 similar-length": lambda texts: similar_length_encode(int8_model, texts),
     }
 

@@ -1,14 +1,23 @@
-"""Chunk vectors: unit length, reproducible, the same at either precision, and cached per precision."""
+"""Chunk vectors: unit length, reproducible, the same at either precision, cached per precision, and
+the vectors sentence-transformers computes for the same model."""
+
+import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+import torch
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vision_rag_pipeline.embeddings.bert import BertSentenceEncoder, bert_layout
 from vision_rag_pipeline.embeddings.cache import encode_cached
 from vision_rag_pipeline.embeddings.encoder import (
     PRECISIONS,
     encode,
+    load_encoder,
+    model_directory,
     model_variant,
     resolve_precision,
     similar_length_batches,
@@ -98,3 +107,62 @@ def test_the_cache_never_hands_float32_vectors_to_a_bfloat16_run(pg_url):
         vectors, _ = encode_cached(texts, "precision-test-model", fake_encode, pg_url, precision)
         assert vectors.shape == (3, 3)
     assert calls == [["cached per precision", "another chunk"]] * 2
+
+
+@pytest.fixture(scope="module")
+def sentence_transformers_models():
+    """The bundled model as sentence-transformers itself runs it, at each precision."""
+    from sentence_transformers import SentenceTransformer
+
+    directory = str(model_directory(MODEL))
+    return {
+        "float32": SentenceTransformer(directory, device="cpu"),
+        "bfloat16": SentenceTransformer(directory, device="cpu").to(torch.bfloat16),
+    }
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=st.lists(st.text(max_size=400), min_size=1, max_size=6), precision=st.sampled_from(PRECISIONS))
+def test_the_bert_encoder_gives_exactly_the_vectors_of_sentence_transformers(
+    sentence_transformers_models, texts, precision
+):
+    """Chunks embedded before (through sentence-transformers) and queries embedded now must meet."""
+    expected = sentence_transformers_models[precision].encode(
+        texts, batch_size=len(texts), convert_to_tensor=True
+    )
+    encoder = load_encoder(MODEL, precision)
+    assert isinstance(encoder, BertSentenceEncoder)
+    np.testing.assert_array_equal(encoder.encode(encoder.token_ids(texts)).float(), expected.float())
+
+
+def _model_copy(tmp_path: Path, edit) -> Path:
+    """The bundled model's directory with its JSON files edited by `edit(name, data)`."""
+    copy = tmp_path / "model"
+    shutil.copytree(model_directory(MODEL), copy)
+    for path in copy.rglob("*.json"):
+        name = str(path.relative_to(copy))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps(edit(name, data)), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda name, data: {**data, "model_type": "xlm-roberta"} if name == "config.json" else data,
+        lambda name, data: (
+            {**data, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
+            if name == "1_Pooling/config.json"
+            else data
+        ),
+        lambda name, data: (
+            [*data, {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}]
+            if name == "modules.json"
+            else data
+        ),
+    ],
+    ids=["not BERT", "max pooling", "a dense layer"],
+)
+def test_models_of_another_shape_are_left_to_sentence_transformers(tmp_path, edit):
+    assert bert_layout(_model_copy(tmp_path, lambda name, data: data)) is not None
+    assert bert_layout(_model_copy(tmp_path / "edited", edit)) is None

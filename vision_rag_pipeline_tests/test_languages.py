@@ -18,9 +18,9 @@ from vision_rag_pipeline.cli import main
 from vision_rag_pipeline.core.text import cjk_bigrams, text_language
 from vision_rag_pipeline.embeddings.encoder import (
     EmbeddingModelError,
-    _location,
     encode,
     english_only_warning,
+    model_directory,
     model_languages,
 )
 from vision_rag_pipeline.enrichment import ocr
@@ -167,7 +167,7 @@ def test_an_excerpt_inside_a_chinese_run_is_found_and_cut_at_characters() -> Non
 
 
 def test_a_model_from_a_local_path_encodes_and_its_card_says_english() -> None:
-    path = _location("all-MiniLM-L6-v2")
+    path = str(model_directory("all-MiniLM-L6-v2"))
     assert Path(path).is_dir()
     vectors = encode(["营业收入", "revenue"], path)
     assert vectors.shape == (2, 384)

