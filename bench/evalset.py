@@ -1168,7 +1168,9 @@ def write_mhtml(doc: DocumentSpec, encoded: list[tuple[bytes, str]]) -> bytes:
     page["Content-Location"] = doc.base_url
     page.set_payload(quopri.encodestring(document_html(doc, urls).encode("utf-8")).decode("ascii"))
     archive.attach(page)
-    return with_image_parts(archive, [(url, data, mime) for url, (data, mime) in zip(urls, encoded, strict=True)])
+    return with_image_parts(
+        archive, [(url, data, mime) for url, (data, mime) in zip(urls, encoded, strict=True)]
+    )
 
 
 def with_image_parts(archive: Message, images: list[tuple[str, bytes, str]]) -> bytes:
