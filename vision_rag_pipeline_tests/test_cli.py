@@ -172,3 +172,34 @@ def test_failures_take_one_line_and_verbose_adds_the_traces(
     assert len(err.splitlines()) == 1 and err.startswith("vision-rag: OperationalError: "), err
     assert main(["search", "revenue", "--mode", "vector", "--verbose"]) == 1
     assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_the_command_exits_with_its_code_its_whole_output_and_its_exit_handlers(tmp_path: Path) -> None:
+    """`run` skips interpreter teardown: what a user pipes must still arrive whole, with the code."""
+    script = (
+        "import atexit, sys\n"
+        "from vision_rag_pipeline import cli\n"
+        "atexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+        "sys.argv = ['vision-rag', *sys.argv[1:]]\n"
+        "cli.run()\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script, "config", "show", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0
+    assert "embedding" in json.loads(shown.stdout)
+    assert "exit handler ran" in shown.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    failed = subprocess.run(
+        [sys.executable, "-c", script, "config", "show"],
+        env={**os.environ, "VISION_RAG_CONFIG": str(bad)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode == 2
+    assert "bad.json" in failed.stderr and "exit handler ran" in failed.stderr
