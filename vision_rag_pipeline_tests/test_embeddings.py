@@ -166,3 +166,20 @@ def _model_copy(tmp_path: Path, edit) -> Path:
 def test_models_of_another_shape_are_left_to_sentence_transformers(tmp_path, edit):
     assert bert_layout(_model_copy(tmp_path, lambda name, data: data)) is not None
     assert bert_layout(_model_copy(tmp_path / "edited", edit)) is None
+
+
+def test_a_model_of_another_shape_is_encoded_through_sentence_transformers(tmp_path):
+    """Max pooling is not what bert.py computes: the same weights must give max-pooled vectors."""
+    max_pooled = _model_copy(
+        tmp_path,
+        lambda name, data: (
+            {**data, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
+            if name == "1_Pooling/config.json"
+            else data
+        ),
+    )
+    vectors = encode(SENTENCES, str(max_pooled), precision="float32")
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    mean_pooled = encode(SENTENCES, MODEL, precision="float32")
+    assert ((vectors * mean_pooled).sum(axis=1) < 0.99).all(), "max pooling, not the mean"
+    assert not isinstance(load_encoder(str(max_pooled), "float32"), BertSentenceEncoder)
