@@ -148,12 +148,25 @@ class _SentenceTransformersModel:
         )
 
 
+# oneDNN, which runs torch's bfloat16 Linear on CPU, keeps the kernel it built for each input shape
+# (up to 1,024 in each of its two caches, never freed). Batches differ in size and token length, so
+# a long ingest's workers grew by ~5 MB per document; 16 covers the shapes one batch reuses.
+KERNEL_CACHE_CAPACITY = "16"
+
+
+def bound_kernel_caches() -> None:
+    """Bound oneDNN's per-shape kernel caches (read at their first use) unless the user set them."""
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", KERNEL_CACHE_CAPACITY)
+    os.environ.setdefault("LRU_CACHE_CAPACITY", KERNEL_CACHE_CAPACITY)
+
+
 @lru_cache(maxsize=4)
 def _load(model_name: str, precision: str) -> BertSentenceEncoder | _SentenceTransformersModel:
     """A BERT model of the common shape runs in `bert.py` (torch alone imports in ~1.2 s); any other
     through sentence-transformers (~4 s more to import)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    bound_kernel_caches()
     import torch
 
     # One intra-op thread: parallelism comes from ingest worker processes and OCR threads. On a
