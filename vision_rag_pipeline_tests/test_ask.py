@@ -10,10 +10,12 @@ import openai
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vision_rag_pipeline.core.config import AnswerConfig, ProviderLimits, RagConfig
+from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, ProviderLimits, RagConfig
 from vision_rag_pipeline.documents.loader import load_document
+from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
 from vision_rag_pipeline.enrichment.vlm import VisionClient
-from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, sentences
+from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, extractive_answer, sentences
 from vision_rag_pipeline.query.localize import find_excerpt, locate
 from vision_rag_pipeline.query.search import Hit
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, chat_reply
@@ -86,6 +88,66 @@ def test_sentences_never_cut_an_image_annotation_or_cite_the_image_context() -> 
         "Context: Page text.\n</content>"
     )
     assert "Page text." not in [meta[a:b] for a, b in sentences(meta)]
+
+
+def test_each_chart_row_is_a_sentence_whatever_its_case_and_the_heading_is_none() -> None:
+    meta = (
+        "<meta>\n[Source]: a/b.png\n</meta>\n<content>\nChart.\nText in image:\nFeed by pen\n"
+        f"{CHART_DATA_HEADING}\nwallaby: 71.3\nbilby: 52.9\nContext: Page text.\n</content>"
+    )
+    found = [meta[a:b] for a, b in sentences(meta)]
+    assert found[-2:] == ["wallaby: 71.3", "bilby: 52.9"]
+    assert not any(CHART_DATA_HEADING in sentence for sentence in found)
+
+
+def _hit(chunk_id: str, text: str, kind: str = "image") -> Hit:
+    return Hit(chunk_id=chunk_id, document="report.mhtml", kind=kind, text=text, score=1.0, image="c.png")
+
+
+def _best(question: str, context: list[Hit]) -> str:
+    embedding = EmbeddingConfig()
+    vector = encode([question], embedding.model)[0]
+    chosen = extractive_answer(question, vector, context, AnswerConfig(), embedding)
+    hit, match, _ = chosen[0]
+    return hit.text[match.start : match.end]
+
+
+HEADING = "Larkspur Mills Quarterly Report, Q3 2024 — Figure {n}. — Output by mill, Q3 2024 (tonnes)"
+
+
+def test_an_image_excerpts_heading_is_never_the_answer() -> None:
+    """Every excerpt of an image repeats the document title and the image's title; matching the
+    question's company and quarter, that heading used to be the answer to everything."""
+    context = [_hit(f"c{n}", HEADING.format(n=n) + ": 100 · 80 · 60") for n in range(1, 4)]
+    context.append(_hit("t", "Boiler upgrades cut gas use by 12,940 therms across the mills.", kind="text"))
+    assert _best("How many therms did Larkspur Mills save in Q3 2024?", context) == (
+        "Boiler upgrades cut gas use by 12,940 therms across the mills."
+    )
+
+
+def test_a_chart_row_under_its_excerpt_heading_answers_alone() -> None:
+    context = [
+        _hit(f"r{n}", HEADING.format(n=1) + f": {row}")
+        for n, row in enumerate(["Alder: 41.7", "birch: 38.2"])
+    ]
+    context.append(_hit("s", HEADING.format(n=1) + ": 100 · 80 · 41.7 · 38.2 · Alder · birch"))
+    assert _best("How many tonnes did the Birch mill produce in Q3 2024?", context) == "birch: 38.2"
+
+
+def test_offline_answer_to_a_chart_question_is_the_bar_and_cites_the_chart(corpus) -> None:
+    """The row alone is the answer, and its citation is the chart's chunk: the image, and where the
+    image sits in its page (an excerpt read off an image is in no span of the page's text)."""
+    answer = ask(
+        "How many tonnes of feed did the Numbat enclosure get?",
+        config=RagConfig(answer=AnswerConfig(use_llm=False)),
+    )
+    assert answer.answer == "Numbat: 88.4"
+    [citation] = answer.citations
+    chart = next(c for c in corpus if c.document_id == CHART_DOC)
+    assert citation.chunk_id == chart.chunk_id and citation.excerpt == "Numbat: 88.4"
+    assert citation.excerpt in chart.text
+    where = (citation.page, citation.bbox, citation.char_span, citation.image)
+    assert where == (chart.page, chart.bbox, chart.char_span, chart.image)
 
 
 def test_compound_questions_are_split() -> None:

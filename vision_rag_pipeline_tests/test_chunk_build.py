@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _continues, _line_groups, build_chunks
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import DocumentImage, Element, LoadedDocument, Location
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult, OcrWord
 from vision_rag_pipeline.images.model import ExtractedImage
 
 KPI_TABLE_OCR = """KPI summary, Q3 2023
@@ -100,6 +100,24 @@ def test_a_charts_labels_and_values_stay_together_in_one_excerpt() -> None:
     assert excerpts[0].endswith(
         "Revenue by region, Q4 2024 ($M): 100 · 86.8 · 74.6 · East West Central South"
     )
+
+
+def test_a_charts_rows_follow_its_lines_in_its_excerpts() -> None:
+    """Each value beside its label, under the chart's heading: a question about one bar meets it."""
+    doc, images, enrichments = _document([BAR_CHART_OCR])
+    words = [
+        OcrWord(text=text, conf=95.0, left=left, top=top, width=40, height=20)
+        for left, top, text in [(60, 100, "100"), (60, 200, "50"), (60, 300, "0")]
+        + [(180 + 200 * i, 400, name) for i, name in enumerate(["East", "West", "Central"])]
+        + [(180 + 200 * i, 150 + 40 * i, value) for i, value in enumerate(["86.8", "74.6", "61.3"])]
+    ]
+    result = next(iter(enrichments.values()))
+    enrichments[result.image_sha256] = result.model_copy(
+        update={"image_type": "Chart", "ocr": result.ocr.model_copy(update={"words": words})}
+    )
+    chunks = build_chunks("doc", doc, images, enrichments, [], LoaderConfig(), SplitterConfig())
+    excerpts = [c.text for c in chunks if "image_excerpt" in c.metadata]
+    assert excerpts[-1].endswith("East West Central South · East: 86.8 · West: 74.6 · Central: 61.3")
 
 
 _LINE = st.text(alphabet="abcdefghij ,.%0123456789", min_size=1, max_size=60).filter(lambda s: s.strip())

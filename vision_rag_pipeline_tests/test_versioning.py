@@ -1,5 +1,6 @@
 """Feature versions: a setting change moves exactly the versions of the assets it shapes."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,6 +54,17 @@ def test_vision_model_detail_kwargs_ocr_and_fusion_settings_move_the_enrichment_
         {"fusion": {"max_keywords": 5}},
     ):
         assert changed(RagConfig(), with_settings(media_enrichment=settings)) == {"enrichment"}, settings
+
+
+def test_a_new_fusion_revision_moves_only_the_enrichment_version(monkeypatch: pytest.MonkeyPatch):
+    """Fusion's rules and its prompt live in code: bumping their revision must re-enrich (the version
+    sensor's trigger), and nothing else."""
+    from vision_rag_pipeline.defs import versions as module
+
+    before = versions(RagConfig())
+    monkeypatch.setattr(module, "FUSION_REVISION", module.FUSION_REVISION + 1)
+    after = versions(RagConfig())
+    assert {name for name in before if before[name] != after[name]} == {"enrichment"}
 
 
 def test_switching_from_offline_to_a_vision_endpoint_re_enriches():

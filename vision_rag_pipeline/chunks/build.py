@@ -19,7 +19,7 @@ from vision_rag_pipeline.chunks.splitter import split_text
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
-from vision_rag_pipeline.enrichment.fusion import clean_ocr_text
+from vision_rag_pipeline.enrichment.fusion import chart_data_rows, clean_ocr_text
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -27,7 +27,7 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 5
+CHUNKING_REVISION = 6
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -197,7 +197,10 @@ def _image_chunks(
         # the image's own first line is its title ("KPI summary, Q3 2024"): every excerpt repeats it
         title = text_lines[0] if text_lines else ""
         heading = " — ".join(dict.fromkeys(p for p in (doc.title, image.caption or image.alt, title) if p))
-        for part, lines in enumerate(_line_groups("\n".join(text_lines[1:]), IMAGE_EXCERPT_CHARS)):
+        # a chart's rows ("Lynx: 47.2") follow its lines, packed with them: a question about one bar
+        # meets its value beside its label (one chunk per row crowded other images out of the top 5)
+        rows = chart_data_rows(result.image_type, result.ocr)
+        for part, lines in enumerate(_line_groups("\n".join([*text_lines[1:], *rows]), IMAGE_EXCERPT_CHARS)):
             chunks.append(
                 Chunk(
                     chunk_id="",

@@ -59,7 +59,9 @@ class SplitterConfig(_Strict):
 DEFAULT_VISION_PROMPT = (
     "Describe this image for a search index. Say what it shows (scene, objects, layout), "
     "transcribe every piece of text it contains exactly, and say what it means or is for. "
-    "For charts and tables, list every label with its value."
+    "For a table, list every label with its value. For a chart, give its data one line per category "
+    "as 'category: value' (several series: 'category: value (series) · value (series)'), reading each "
+    "value off the category it stands over or beside and each series off the legend's colours."
 )
 
 

@@ -31,6 +31,7 @@ from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_inter
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
+from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
 from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
@@ -67,6 +68,7 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
             "ocr_revision": OCR_REVISION,
             "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
             "fusion": enrichment.fusion.model_dump(mode="json"),
+            "fusion_revision": FUSION_REVISION,
             "engine": engine,
             "config_version": config.config_version,
         }

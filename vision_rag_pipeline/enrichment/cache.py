@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
+from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 
@@ -65,7 +66,7 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
 
     The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
     `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages and
-    the fusion settings and the OCR code's revision — everything that changes the output, so any
+    the fusion settings and the OCR and fusion code's revisions — everything that changes the output, so any
     change yields a new key.
     OCR `max_workers` is left out: it changes speed, not results.
 
@@ -86,6 +87,7 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
         "ocr_revision": OCR_REVISION,
         "language_revision": LANGUAGE_REVISION,
         "fusion": enrichment.fusion.model_dump(mode="json"),
+        "fusion_revision": FUSION_REVISION,
         "engine": engine,
     }
     settings_hash = hashlib.sha256(f"{digest}\n{canonical_json(settings)}".encode()).hexdigest()

@@ -1,7 +1,8 @@
 """Fusion: OCR text, the VLM description and what the page says about an image -> one Meta-Content chunk.
 
 Rule fusion is the offline default and needs no model: it keeps every readable OCR line (the
-image's words must be searchable), infers the image type from classifier tags, alt/caption words
+image's words must be searchable), adds a chart's values paired with their labels by layout
+("Q2 2024: 41.7", `enrichment.chart`), infers the image type from classifier tags, alt/caption words
 and the shape of the OCR text, and picks keywords. LLM fusion asks a chat model to merge the VLM
 description with the OCR text, correcting OCR errors with the visual context; any failure there is
 the caller's cue to fall back to rule fusion.
@@ -17,9 +18,13 @@ from typing import Literal, get_args
 
 from vision_rag_pipeline.core.text import FUNCTION_WORDS
 from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.enrichment.chart import chart_rows
 from vision_rag_pipeline.enrichment.model import ImageType, OcrResult
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError
 
+# Bump when fusion writes different Meta-Content for the same inputs (rules or the fusion prompt):
+# the enrichment cache key and the image_enrichments code version include it.
+FUSION_REVISION = 1
 DESCRIPTION_MAX_CHARS = 200
 CONTEXT_MAX_CHARS = 300
 IMAGE_TYPES: tuple[str, ...] = get_args(ImageType)
@@ -77,6 +82,12 @@ class Fused:
 
 
 # --- OCR text cleaning ---------------------------------------------------------------------------
+
+# Heads the chart values paired with their labels by layout, one "label: value" line each; the
+# extractive answerer (query/ask.py) reads every line under it as one row.
+CHART_DATA_HEADING = "Values by label:"
+# Tables are read row by row already, and a screenshot's text is not a chart's
+_NO_CHART_DATA: frozenset[str] = frozenset({"Table", "Screenshot"})
 
 _KEPT_SYMBOLS = {"%", "$", "€", "£", "¥", "&", "+", "="}
 
@@ -266,13 +277,29 @@ def _what_it_shows(image: DocumentImage, image_type: str) -> str:
     return ". ".join([head, *labelled]) + "."
 
 
-def rule_content(image: DocumentImage, image_type: str, ocr_text: str, vlm_caption: str | None) -> str:
-    """What the image shows, the VLM description if any, all of its readable text, and its context."""
+def chart_data_rows(image_type: str, ocr: OcrResult) -> list[str]:
+    """The chart's values paired with their labels by layout ("label: value"); none when unsure."""
+    return [] if image_type in _NO_CHART_DATA else chart_rows(ocr.words)
+
+
+def chart_data(image_type: str, ocr: OcrResult) -> str:
+    """`chart_data_rows` under `CHART_DATA_HEADING`, the section rule fusion adds; "" without rows."""
+    rows = chart_data_rows(image_type, ocr)
+    return "\n".join([CHART_DATA_HEADING, *rows]) if rows else ""
+
+
+def rule_content(
+    image: DocumentImage, image_type: str, ocr_text: str, vlm_caption: str | None, data: str = ""
+) -> str:
+    """What the image shows, the VLM description if any, all of its readable text, its chart data and
+    its context."""
     parts = [_what_it_shows(image, image_type)]
     if vlm_caption:
         parts.append(vlm_caption.strip())
     if ocr_text:
         parts.append("Text in image:\n" + ocr_text)
+    if data:
+        parts.append(data)
     if image.context.strip():
         parts.append("Context: " + _truncate(image.context, CONTEXT_MAX_CHARS))
     return "\n".join(parts)
@@ -290,7 +317,7 @@ def fuse_by_rule(
     hints = _hints(image)
     image_type = infer_image_type(tags, ocr.text, " ".join([*hints, image.name]))
     keywords = extract_keywords(text, hints, max_keywords)
-    content = rule_content(image, image_type, text, vlm_caption)
+    content = rule_content(image, image_type, text, vlm_caption, chart_data(image_type, ocr))
     return Fused(
         meta_content=meta_content(source, image_type, ocr.level, keywords, content),
         description=one_line_description(image, image_type, text, vlm_caption),
@@ -306,7 +333,9 @@ FUSION_SYSTEM_PROMPT = (
     "Reply with one JSON object and nothing else: "
     '{{"type": one of {types}, "keywords": [up to {max_keywords} distinctive words or phrases], '
     '"content": "what the image shows (scene, objects, layout); EVERY piece of text it contains, with '
-    'OCR errors corrected using the description (never invent text); what it means or is for"}}.'
+    "OCR errors corrected using the description (never invent text); for a chart, its data one line per "
+    "category as 'category: value' (several series: 'category: value (series) · value (series)'), each "
+    'value read off the category it stands over or beside; what it means or is for"}}.'
 )
 
 # When the fused content misses more than this share of the OCR words, the OCR text is appended:
@@ -351,6 +380,8 @@ def fuse_with_llm(
     """LLM fusion within `budget_s` seconds; raises VisionError (the caller falls back to `fuse_by_rule`)."""
     text = clean_ocr_text(ocr.text)
     hints = _hints(image)
+    rule_type = infer_image_type(tags, ocr.text, " ".join([*hints, image.name]))
+    paired = "\n".join(chart_data_rows(rule_type, ocr))
     system = FUSION_SYSTEM_PROMPT.format(types=", ".join(IMAGE_TYPES), max_keywords=max_keywords)
     user = "\n".join(
         [
@@ -367,13 +398,13 @@ def fuse_with_llm(
             else "",
             f"Vision model description:\n{vlm_caption or '(none)'}",
             f"OCR text (confidence {ocr.level}):\n{text or '(none)'}",
+            f"Chart values paired with their labels by their position (OCR):\n{paired}" if paired else "",
         ]
     )
     data = _parse_fusion_reply(client.fuse(system, user, model, dict(llm_kwargs), budget_s))
     content = str(data["content"]).strip()
     if _missing_share(text, content) > _MAX_MISSING_OCR_WORDS:
         content += "\nText in image (OCR):\n" + text
-    rule_type = infer_image_type(tags, ocr.text, " ".join([*hints, image.name]))
     image_type: ImageType = data.get("type") if data.get("type") in IMAGE_TYPES else rule_type  # type: ignore[assignment]
     raw_keywords = data.get("keywords")
     keywords = (

@@ -21,11 +21,24 @@ class ImageVerdict(BaseModel):
     perceptual_hash: str | None = None  # of a decodable raster (images/fingerprint.py)
 
 
+class OcrWord(BaseModel):
+    """One word Tesseract read, with its box on the (levelled, rescaled) page: layout tells a chart's
+    value labels which category they belong to."""
+
+    text: str
+    conf: float  # 0-100: which of two readings of one box to believe
+    left: int
+    top: int
+    width: int
+    height: int
+
+
 class OcrResult(BaseModel):
     text: str = ""
     confidence: float = 0.0  # mean word confidence, 0-100
     level: OcrLevel = "Low"
     languages: list[str] = Field(default_factory=list)
+    words: list[OcrWord] = Field(default_factory=list)  # upright reads only: boxes share one frame
 
 
 class EnrichmentResult(BaseModel):

@@ -36,7 +36,7 @@ from PIL import Image, ImageChops, ImageFilter
 from scipy import ndimage
 
 from vision_rag_pipeline.core.text import script_counts
-from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult
+from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
     deskew,
     for_ocr,
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 9
+OCR_REVISION = 10
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -733,7 +733,8 @@ def _merge(passes: list[_Pass]) -> list[_Line]:
     return [line for _, _, line in sorted(placed, key=lambda item: (item[0], item[1]))]
 
 
-def _result(lines: list[_Line], languages: list[str]) -> OcrResult:
+def _result(lines: list[_Line], languages: list[str], upright: list[_Line] | None = None) -> OcrResult:
+    """The reading; `upright` are the lines whose word boxes are kept (those read the page's way up)."""
     words = [w for line in lines for w in line.words]
     confidence = sum(w.conf for w in words) / len(words) if words else 0.0
     return OcrResult(
@@ -741,6 +742,13 @@ def _result(lines: list[_Line], languages: list[str]) -> OcrResult:
         confidence=round(confidence, 1),
         level=confidence_level(confidence),
         languages=languages,
+        words=[
+            OcrWord(
+                text=w.text, conf=round(w.conf, 1), left=w.left, top=w.top, width=w.width, height=w.height
+            )
+            for line in upright or []
+            for w in line.words
+        ],
     )
 
 
@@ -785,7 +793,9 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     if labels := _read_leftover_labels(page, passes, langs):
         passes.append(labels)
     _reread_numbers(page, passes, langs)
-    return _result(_merge(_without_doubtful_words(passes)), langs)
+    lines = _merge(_without_doubtful_words(passes))
+    upright = {id(line) for reading in passes if reading.rotation == 0 for line in reading.lines}
+    return _result(lines, langs, [line for line in lines if id(line) in upright])
 
 
 def probe_text(img: Image.Image) -> OcrResult:

@@ -34,6 +34,7 @@ from vision_rag_pipeline.core.text import (
 )
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
@@ -53,6 +54,7 @@ _SUB_QUESTION_SPLIT = re.compile(
 )
 MAX_SENTENCE_CHARS = 400
 _IMAGE_CONTEXT = "\nContext: "  # how rule fusion appends the page text
+_EXCERPT_LINE = re.compile(r"[^\s·](?:[^·]*[^\s·])?")  # one line of an image excerpt ("line · line")
 
 
 class Citation(BaseModel):
@@ -170,20 +172,48 @@ def relevant_context(
 # --- offline extractive answer ---------------------------------------------------------------------
 
 
+def _chart_data_heading(body: str) -> int:
+    """Where an image chunk's chart data (fusion's `CHART_DATA_HEADING` block) is headed; -1 if none."""
+    heading = body.find("\n" + CHART_DATA_HEADING + "\n")
+    return heading + 1 if heading >= 0 else -1
+
+
+def _chart_data_spans(body: str) -> list[tuple[int, int]]:
+    """(start, end) of each line of an image chunk's chart data."""
+    heading = _chart_data_heading(body)
+    if heading < 0:
+        return []
+    start = heading + len(CHART_DATA_HEADING) + 1
+    block = body[start:].split("\n\n", 1)[0]
+    rows, offset = [], start
+    for line in block.split("\n"):
+        if line.strip():
+            rows.append((offset, offset + len(line)))
+        offset += len(line) + 1
+    return rows
+
+
 def sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence of a chunk, skipping a Meta-Content header.
 
     Boundaries: sentence punctuation before a capital or digit, blank lines, and line breaks
     that do not continue a sentence (the next line starts with a capital, digit or symbol): OCR
-    text and table rows break lines there, while a wrapped sentence goes on in lower case.
+    text and table rows break lines there, while a wrapped sentence goes on in lower case. Each
+    row of an image's chart data is a sentence of its own, whatever case its label starts with;
+    the data's heading is none.
     """
     body = _META_BLOCK.sub(lambda m: " " * len(m.group()), text)
     context = body.find(_IMAGE_CONTEXT) if text.startswith("<meta>") else -1
     if context >= 0:  # an image chunk's page context is cited from the text chunk it comes from
         body = body[:context]
+    rows = _chart_data_spans(body) if text.startswith("<meta>") else []
+    if rows:  # the heading is no sentence
+        heading = _chart_data_heading(body)
+        body = body[:heading] + " " * len(CHART_DATA_HEADING) + body[heading + len(CHART_DATA_HEADING) :]
     notes = find_annotations(body)
-    cuts = {0, len(body)} | {m.start() for m in _BOUNDARY.finditer(body)}
-    cuts = sorted(c for c in cuts if not any(n.start < c < n.end for n in notes))  # annotations stay whole
+    cuts = {0, len(body)} | {m.start() for m in _BOUNDARY.finditer(body)} | {c for row in rows for c in row}
+    whole = [(n.start, n.end) for n in notes] + rows  # annotations and chart rows stay whole
+    cuts = sorted(c for c in cuts if not any(a < c < b for a, b in whole))
     spans: list[tuple[int, int]] = []
     for a, b in zip(cuts, cuts[1:], strict=False):
         while a < b and body[a].isspace():
@@ -195,6 +225,35 @@ def sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _excerpt_heading_end(hit: Hit) -> int:
+    """Where an image excerpt's own text starts, after the heading the chunk builder puts before it
+    ("<document title> — <caption> — <image title>: "); 0 for every other chunk."""
+    if hit.kind != "image" or hit.text.startswith("<meta>") or ": " not in hit.text:
+        return 0
+    return hit.text.index(": ") + 2
+
+
+def _candidates(context: list[Hit]) -> tuple[list[tuple[Hit, tuple[int, int], bool]], dict[str, str]]:
+    """Every sentence of the context as (hit, span, read under a title), and each excerpt's heading.
+
+    An image excerpt's lines, joined by " · ", are its sentences ("Lynx: 47.2" is not cut at its
+    colon), those with a number read under the excerpt's heading; in a Meta-Content chunk, the rows
+    of its chart data are.
+    """
+    candidates: list[tuple[Hit, tuple[int, int], bool]] = []
+    headings: dict[str, str] = {}
+    for hit in context:
+        begin = _excerpt_heading_end(hit)
+        if begin:
+            headings[hit.chunk_id] = hit.text[: begin - 2]
+            for line in _EXCERPT_LINE.finditer(hit.text, begin):
+                candidates.append((hit, line.span(), any(c.isdigit() for c in line.group())))
+            continue
+        rows = set(_chart_data_spans(hit.text)) if hit.text.startswith("<meta>") else set()
+        candidates += [(hit, span, span in rows) for span in sentences(hit.text)]
+    return candidates, headings
+
+
 def extractive_answer(
     question: str,
     question_vector: np.ndarray,
@@ -202,31 +261,62 @@ def extractive_answer(
     answer: AnswerConfig,
     embedding: EmbeddingConfig,
 ) -> list[tuple[Hit, Match, float]]:
-    """The best sentences of the context: half term overlap with the question, half cosine similarity."""
+    """The best sentences of the context: half term overlap with the question, half cosine similarity.
+
+    A value ("Lynx: 47.2", a chart's row or an image excerpt's line with a number) says what it is
+    about only under its title: the heading of an excerpt chunk (never an answer itself, it names
+    the document and the image), or for a row of an image's chart data the best other sentence of
+    its chunk. When such a line adds a question term its title lacks, it is scored with the title's
+    terms and similarity too, and answers alone.
+    """
     terms = question_terms(question)
-    candidates = [(hit, span) for hit in context for span in sentences(hit.text)]
+    candidates, headings = _candidates(context)
     if not candidates or not terms:
         return []
-    texts = [" ".join(hit.text[a:b].split()) for hit, (a, b) in candidates]
-    cosine = encode(texts, embedding.model, precision=embedding.precision) @ question_vector
-    scored = []
-    for (hit, (a, b)), text, similarity in zip(candidates, texts, cosine, strict=True):
-        overlap = len(terms & question_terms(text)) / len(terms)
-        score = 0.5 * overlap + 0.5 * float(similarity)
-        scored.append((score, hit, Match(start=a, end=b, ratio=1.0)))
-    scored.sort(key=lambda item: -item[0])
+    texts = [" ".join(hit.text[a:b].split()) for hit, (a, b), _ in candidates]
+    vectors = encode([*texts, *headings.values()], embedding.model, precision=embedding.precision)
+    cosine = [float(c) for c in vectors @ question_vector]
+    found = [question_terms(text) & terms for text in [*texts, *headings.values()]]
+
+    def score(held: set[str], similarity: float) -> float:
+        return 0.5 * len(held) / len(terms) + 0.5 * similarity
+
+    scores = [score(found[i], cosine[i]) for i in range(len(texts))]
+    # chunk id -> index (into texts + headings) of its title: its heading, else its best sentence not read under one
+    titles = {chunk_id: len(texts) + n for n, chunk_id in enumerate(headings)}
+    for index, (hit, _, under_title) in enumerate(candidates):
+        if under_title or hit.chunk_id in headings:
+            continue
+        best = titles.get(hit.chunk_id)
+        if best is None or scores[index] > scores[best]:
+            titles[hit.chunk_id] = index
+    ranked = []
+    read_under: dict[int, int] = {}  # candidate -> the sentence it was read with as its title
+    for index, (hit, (a, b), under_title) in enumerate(candidates):
+        value = scores[index]
+        title = titles.get(hit.chunk_id)
+        if under_title and title is not None and found[index] - found[title]:
+            read_under[index] = title
+            value = score(found[index] | found[title], max(cosine[index], cosine[title]))
+        ranked.append((value, index, hit, Match(start=a, end=b, ratio=1.0)))
+    ranked.sort(key=lambda item: -item[0])
     chosen: list[tuple[Hit, Match, float]] = []
     said: list[str] = []
-    for score, hit, match in scored:
-        if score < answer.min_sentence_score or len(chosen) >= answer.max_sentences:
+    titles_said: set[int] = set()
+    for value, index, hit, match in ranked:
+        if value < answer.min_sentence_score or len(chosen) >= answer.max_sentences:
             break
-        if chosen and score < chosen[0][2] * 0.8:
+        if chosen and value < chosen[0][2] * 0.8:
             break  # far weaker than the best sentence: it would dilute the answer
+        if index in titles_said:
+            continue  # the title a chosen row was read with: the row answers alone
         text = " ".join(hit.text[match.start : match.end].split()).lower()
         if any(text in seen or seen in text for seen in said):
             continue  # the same sentence from another chunk (image context, overlap)
         said.append(text)
-        chosen.append((hit, match, round(score, 4)))
+        chosen.append((hit, match, round(value, 4)))
+        if index in read_under:
+            titles_said.add(read_under[index])
     return chosen
 
 
