@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment import ocr
-from vision_rag_pipeline.enrichment.chart import chart_rows
+from vision_rag_pipeline.enrichment.chart import chart_rows, evenly_stepped
 from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING, fuse_by_rule, fuse_with_llm
 from vision_rag_pipeline.enrichment.model import OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.ocr import ocr_image
@@ -256,3 +256,17 @@ def test_labels_tesseract_doubts_pair_nothing() -> None:
         w.model_copy(update={"conf": 60.0}) if w.text in ("Alpha", "Beta", "Gamma") else w for w in words
     ]
     assert chart_rows(words) and chart_rows(doubted) == []
+
+
+@given(
+    start=st.integers(-1000, 1000),
+    step=st.sampled_from([0.1, 0.25, 1, 5, 10, 250]),
+    count=st.integers(3, 8),
+)
+def test_axis_ticks_are_evenly_stepped_whatever_the_float_error_and_a_bar_value_breaks_them(
+    start: int, step: float, count: int
+) -> None:
+    ticks = [start * step + i * step for i in range(count)]  # 0.1 steps come out 0.09999999999999998
+    assert evenly_stepped(ticks, 1e-6)
+    assert not evenly_stepped([*ticks[:-1], ticks[-1] + 0.3 * step], 0.01)
+    assert not evenly_stepped(ticks[:2], 0.01)

@@ -114,7 +114,8 @@ def cells(words: list[OcrWord]) -> list[_Cell]:
     ]
 
 
-def _number(text: str) -> float | None:
+def number_value(text: str) -> float | None:
+    """The value of a number as OCR reads it on a chart ("1,250", "$4.5k", "45%"), signs and units aside."""
     digits = re.sub(r"[^\d.]", "", text.replace(",", ""))
     try:
         return float(digits)
@@ -122,13 +123,18 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _is_tick_run(run: list[_Cell]) -> bool:
-    """Three or more numbers stepping evenly in value: an axis's ticks."""
-    values = [_number(c.text) for c in run]
-    if len(run) < 3 or any(v is None for v in values):
+def evenly_stepped(values: list[float], tolerance: float) -> bool:
+    """Three or more values, each step within `tolerance` (a share of the first) of the first: axis ticks."""
+    if len(values) < 3:
         return False
-    steps = [b - a for a, b in zip(values, values[1:], strict=False)]  # type: ignore[operator]
-    return steps[0] != 0 and all(abs(step - steps[0]) <= 0.01 * abs(steps[0]) for step in steps)
+    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    return steps[0] != 0 and all(abs(step - steps[0]) <= tolerance * abs(steps[0]) for step in steps)
+
+
+def _is_tick_run(run: list[_Cell]) -> bool:
+    """Three or more numbers stepping evenly in value (OCR boxes are not exact: within 1 %)."""
+    values = [number_value(c.text) for c in run]
+    return None not in values and evenly_stepped(values, 0.01)  # type: ignore[arg-type]
 
 
 def _ticks(values: list[_Cell]) -> set[_Cell]:

@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 from vision_rag_pipeline.core.text import FUNCTION_WORDS
 from vision_rag_pipeline.documents.model import DocumentImage
-from vision_rag_pipeline.enrichment.chart import chart_rows
+from vision_rag_pipeline.enrichment.chart import chart_rows, evenly_stepped, number_value
 from vision_rag_pipeline.enrichment.model import ImageType, OcrResult
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError
 
@@ -137,21 +137,7 @@ _UI_WORDS = re.compile(
 
 
 def _to_number(token: str) -> float | None:
-    if not _NUMBER_RE.match(token):
-        return None
-    digits = re.sub(r"[^\d.]", "", token.replace(",", ""))
-    try:
-        return float(digits)
-    except ValueError:
-        return None
-
-
-def _is_progression(values: list[float]) -> bool:
-    """Evenly spaced values (axis ticks), at least three of them."""
-    if len(values) < 3:
-        return False
-    steps = {round(b - a, 6) for a, b in zip(values, values[1:], strict=False)}
-    return len(steps) == 1 and 0 not in steps
+    return number_value(token) if _NUMBER_RE.match(token) else None
 
 
 def _type_from_text_shape(raw_text: str, clean_text: str) -> ImageType | None:
@@ -164,7 +150,8 @@ def _type_from_text_shape(raw_text: str, clean_text: str) -> ImageType | None:
     rows = [len(nums) for nums, tokens in zip(numbers, lines, strict=True) if 2 <= len(nums) < len(tokens)]
     if len(rows) >= 3 and Counter(rows).most_common(1)[0][1] >= 0.6 * len(rows):
         return "Table"
-    if any(_is_progression(nums) for nums in number_only) or _is_progression(single_ticks[:6]):
+    # axis ticks: a row of evenly stepped numbers, or a column of them (steps equal up to float error)
+    if any(evenly_stepped(nums, 1e-6) for nums in number_only) or evenly_stepped(single_ticks[:6], 1e-6):
         return "Chart"
     if len(number_only) >= 3 and len(number_only) < len(lines):
         return "Chart"
