@@ -207,3 +207,46 @@ def test_an_image_chunk_citation_points_at_the_image(corpus) -> None:
     where = locate(hit, find_excerpt("Numbat", chart.text))
     assert where.image == "https://zoo.example/feed.png"
     assert where.char_span == (40, 40)
+
+
+OPENING = "This report summarises how Larkspur Mills performed in Q3 2024."
+
+
+def test_a_how_much_question_is_answered_by_a_sentence_with_a_number_it_did_not_give() -> None:
+    """The opening line names the company and quarter the question names; only the other sentence
+    says how much, in words the question does not use."""
+    context = [
+        _hit("a", f"{OPENING} Energy use across the mills came to 53,200 megawatt-hours.", kind="text"),
+    ]
+    assert _best("How much electricity, in MWh, did Larkspur Mills consume in Q3 2024?", context) == (
+        "Energy use across the mills came to 53,200 megawatt-hours."
+    )
+
+
+def test_a_question_that_asks_for_no_quantity_may_be_answered_without_a_number() -> None:
+    context = [
+        _hit(
+            "a",
+            "Ada Brandt led the Larkspur Mills boiler upgrade. The upgrade cost 4.2 million.",
+            kind="text",
+        ),
+    ]
+    assert _best("Who led the Larkspur Mills boiler upgrade?", context) == (
+        "Ada Brandt led the Larkspur Mills boiler upgrade."
+    )
+
+
+def test_a_number_written_as_a_word_answers_a_how_many_question() -> None:
+    """Real manuals write small counts in words (IBM's DB2 Redpaper: "nine different built-in
+    global variables"); the sentence saying so must not lose to one that merely has digits."""
+    context = [
+        _hit(
+            "a",
+            "DB2 for i supports nine different built-in global variables that the system maintains. "
+            "Table 3-2 lists the global variables.",
+            kind="text",
+        ),
+    ]
+    assert _best("How many built-in global variables does DB2 for i support?", context) == (
+        "DB2 for i supports nine different built-in global variables that the system maintains."
+    )

@@ -254,6 +254,32 @@ def _candidates(context: list[Hit]) -> tuple[list[tuple[Hit, tuple[int, int], bo
     return candidates, headings
 
 
+_QUANTITY_QUESTION = re.compile(
+    r"\bhow (?:much|many|large|big|long|far|often|old)\b|\bwhat (?:percentage|percent|proportion|number|amount)\b",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(  # digits not glued to letters ("Q2", "H1", "FY24" are names), or a number word
+    r"(?<![^\W_])\d+(?:[.,]\d+)*|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+    r"(?:thir|four|fif|six|seven|eigh|nine)teen|(?:twen|thir|for|fif|six|seven|eigh|nine)ty|hundred|thousand|"
+    r"million|billion|dozen)\b",
+    re.IGNORECASE,
+)
+# A sentence without a number the question lacks cannot say how much: the report's opening line
+# ("how Tidewell performed in Q1 2023") matched the question's name and quarter better than the
+# sentence with the megawatt-hours and was the offline answer to every such question.
+NO_NEW_NUMBER_WEIGHT = 0.5
+
+
+def asks_for_a_quantity(question: str) -> bool:
+    """An English question whose answer is a number ("How many...", "What percentage...")."""
+    return bool(_QUANTITY_QUESTION.search(question))
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers of a text, by their digits ("53,200" and "53.200" are one number) or word."""
+    return {re.sub(r"[.,]", "", number).lower() for number in _NUMBER.findall(text)}
+
+
 def extractive_answer(
     question: str,
     question_vector: np.ndarray,
@@ -267,7 +293,9 @@ def extractive_answer(
     about only under its title: the heading of an excerpt chunk (never an answer itself, it names
     the document and the image), or for a row of an image's chart data the best other sentence of
     its chunk. When such a line adds a question term its title lacks, it is scored with the title's
-    terms and similarity too, and answers alone.
+    terms and similarity too, and answers alone. A sentence is read in its chunk (the question's
+    terms the chunk holds elsewhere count half), and one that cannot say how much does not answer
+    "how much" as well as one that can (`asks_for_a_quantity`).
     """
     terms = question_terms(question)
     candidates, headings = _candidates(context)
@@ -281,7 +309,13 @@ def extractive_answer(
     def score(held: set[str], similarity: float) -> float:
         return 0.5 * len(held) / len(terms) + 0.5 * similarity
 
-    scores = [score(found[i], cosine[i]) for i in range(len(texts))]
+    # A sentence is read in its chunk: the question's terms its chunk holds elsewhere (the company
+    # and quarter of a report's heading) count for it at half weight.
+    in_chunk = {hit.chunk_id: question_terms(hit.text) & terms for hit in context}
+    scores = [
+        score(found[i], cosine[i]) + 0.25 * len(in_chunk[hit.chunk_id] - found[i]) / len(terms)
+        for i, (hit, _, _) in enumerate(candidates)
+    ]
     # chunk id -> index (into texts + headings) of its title: its heading, else its best sentence not read under one
     titles = {chunk_id: len(texts) + n for n, chunk_id in enumerate(headings)}
     for index, (hit, _, under_title) in enumerate(candidates):
@@ -299,6 +333,12 @@ def extractive_answer(
             read_under[index] = title
             value = score(found[index] | found[title], max(cosine[index], cosine[title]))
         ranked.append((value, index, hit, Match(start=a, end=b, ratio=1.0)))
+    if asks_for_a_quantity(question):
+        given = _numbers(question)
+        ranked = [
+            (value if _numbers(texts[index]) - given else value * NO_NEW_NUMBER_WEIGHT, index, hit, match)
+            for value, index, hit, match in ranked
+        ]
     ranked.sort(key=lambda item: -item[0])
     chosen: list[tuple[Hit, Match, float]] = []
     said: list[str] = []
