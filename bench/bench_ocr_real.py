@@ -1,0 +1,131 @@
+"""OCR alone on the real images ingest reads: CPU seconds, Tesseract reads by kind, words kept.
+
+    .venv/bin/python bench/bench_ocr_real.py [--set corpus|mmlongbench] [--out readings.json]
+                                             [--against other_readings.json]
+
+Takes every image of the set the classifier sends to enrichment (each distinct picture once) and
+runs `ocr_image` on it in one thread, as an ingest worker does. Prints the CPU time, Tesseract's
+share of it by kind of read (first, sparse, other layout, rotated, re-read sheets) and the words
+the readings hold: whole words of the embedding model's vocabulary (three letters or more) and
+numbers of two digits or more, a proxy for real text that noise from photos rarely hits. With
+`--against`, the words one set of readings has and the other lacks, per image: run the script
+with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR versions on real documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_real_ingest import document_sets  # noqa: E402
+from eval_real import DEFAULT_CORPUS  # noqa: E402
+
+from vision_rag_pipeline.core.config import RagConfig  # noqa: E402
+from vision_rag_pipeline.documents.loader import load_document  # noqa: E402
+from vision_rag_pipeline.embeddings.encoder import model_directory  # noqa: E402
+from vision_rag_pipeline.enrichment import ocr  # noqa: E402
+from vision_rag_pipeline.enrichment.classifier import classify_images  # noqa: E402
+from vision_rag_pipeline.enrichment.preprocess import load_image  # noqa: E402
+
+_TOKEN = re.compile(r"\w+")
+
+
+def enriched_images(documents: list[Path]) -> dict[str, object]:
+    """Name -> picture of every distinct image the classifier sends to enrichment."""
+    classifier = RagConfig().media_enrichment.features.classifier
+    pictures, seen = {}, set()
+    for doc in documents:
+        loaded = load_document(doc, source_path=str(doc))
+        for image, verdict in zip(loaded.images, classify_images(loaded.images, classifier), strict=True):
+            if verdict.verdict == "VISION" and image.sha256 not in seen:
+                seen.add(image.sha256)
+                pictures[f"{doc.name}/{image.name}"] = load_image(image.data, image.mime)
+    return pictures
+
+
+def read_kind(index: int, size: tuple[int, int], first: tuple[int, tuple[int, int]], psm: int) -> str:
+    """Which of `ocr_image`'s reads a Tesseract call is, from its order, page size and mode."""
+    first_psm, page = first
+    if index == 0:
+        return "first"
+    if size not in (page, page[::-1]):
+        return "sheets"
+    if psm == 11:
+        return "sparse"
+    if size != page:
+        return "rotated"
+    return "other layout" if psm != first_psm else "rotated"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=["corpus", "mmlongbench"], default="corpus")
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--out", type=Path, help="write each image's reading here (JSON)")
+    parser.add_argument("--against", type=Path, help="readings written by another run, to compare words")
+    args = parser.parse_args()
+    vocabulary = {
+        word
+        for word in (model_directory(RagConfig().embedding.model) / "vocab.txt").read_text().split()
+        if word.isalpha() and len(word) >= 3
+    }
+
+    def words(text: str) -> set[str]:
+        tokens = _TOKEN.findall(text.lower())
+        return {t for t in tokens if t in vocabulary or (t.isdigit() and len(t) >= 2)}
+
+    pictures = enriched_images(document_sets(args.corpus)[args.set])
+    run_tesseract, calls = ocr._run_tesseract, []
+
+    def timed(gray, psm, languages, **options):  # noqa: ANN001, ANN202 - same signature as the original
+        started = time.process_time()
+        lines = run_tesseract(gray, psm, languages, **options)
+        calls.append((psm, gray.size, time.process_time() - started))
+        return lines
+
+    ocr._run_tesseract = timed
+    readings, by_kind, started = {}, Counter(), time.process_time()
+    for name, picture in pictures.items():
+        calls.clear()
+        readings[name] = ocr.ocr_image(picture, ["eng"]).text
+        first = (calls[0][0], calls[0][1]) if calls else (0, (0, 0))
+        seen_other = False
+        for index, (psm, size, seconds) in enumerate(calls):
+            kind = read_kind(index, size, first, psm)
+            if kind == "other layout" and seen_other:
+                kind = "rotated"
+            seen_other |= kind == "other layout"
+            by_kind[kind] += seconds
+    cpu = time.process_time() - started
+    report = {
+        "set": args.set,
+        "images": len(pictures),
+        "ocr_cpu_s": round(cpu, 1),
+        "tesseract_s_by_read": {kind: round(seconds, 1) for kind, seconds in by_kind.most_common()},
+        "words": sum(len(words(text)) for text in readings.values()),
+    }
+    if args.against:
+        other = json.loads(args.against.read_text())
+        report["words_only_here"] = {
+            name: sorted(words(text) - words(other.get(name, "")))
+            for name, text in readings.items()
+            if words(text) - words(other.get(name, ""))
+        }
+        report["words_only_there"] = {
+            name: sorted(words(other.get(name, "")) - words(text))
+            for name, text in readings.items()
+            if words(other.get(name, "")) - words(text)
+        }
+    if args.out:
+        args.out.write_text(json.dumps(readings, ensure_ascii=False, indent=1))
+    print(json.dumps(report, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    main()
