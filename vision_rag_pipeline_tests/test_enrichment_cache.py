@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-34b769de03701778a70580752cd8d8758b1ce1aeb28b5f3d3f998cf49c8357b7"
+PINNED_KEY = "intranet-2024-07-22-cf287dcf217e458d694cbfd444be2ac0a0c0d6ee52261649af4bb148c4c6c8f3"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -6,6 +6,7 @@ import itertools
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
@@ -343,3 +344,23 @@ def test_a_word_box_far_wider_than_its_letters_hides_no_ink() -> None:
     ImageDraw.Draw(page).text((600, 60), "279.4", fill=0, font=_font(40))
     runaway = ocr._Line([ocr._Word("O79", 40.0, 100, 40, 1000, 80)], order=0)
     assert ocr._leftover_labels(page, [runaway], 40.0) == ocr._leftover_labels(page, [], 40.0) != []
+
+
+def test_a_photo_without_text_is_not_read_a_third_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texture counts as unread ink, but a layout and a sparse read that are sure of no word
+    mean there is no text to find: the other layout read would only add noise and time."""
+    texture = np.random.default_rng(5).normal(128, 60, (300, 400)).clip(0, 255).astype(np.uint8)
+    photo = Image.fromarray(texture, "L").resize((1200, 900), Image.Resampling.BICUBIC).convert("RGB")
+    reads: list[tuple[int, tuple[int, int]]] = []
+    run_tesseract = ocr._run_tesseract
+
+    def recorded(gray: Image.Image, psm: int, languages: list[str], **options: bool) -> list:
+        reads.append((psm, gray.size))
+        return run_tesseract(gray, psm, languages, **options)
+
+    monkeypatch.setattr(ocr, "_run_tesseract", recorded)
+    result = ocr_image(photo, ["eng"])
+    assert not any(w.conf >= ocr.HIGH_CONFIDENCE for w in result.words)
+    page_reads = [psm for psm, size in reads if size == reads[0][1]]
+    # the layout read, the sparse read, and the upside-down check an unsure reading gets
+    assert page_reads in ([3, 11, 3], [6, 11, 3])

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 11
+OCR_REVISION = 12
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -395,6 +395,10 @@ def _unread_ink(page: Image.Image, lines: list[_Line]) -> tuple[np.ndarray, np.n
             max(0, word.left - pad) : word.left + word.width + pad,
         ] = True
     return ink, ink & ~covered
+
+
+def _any_sure_word(lines: list[_Line]) -> bool:
+    return any(w.conf >= HIGH_CONFIDENCE for line in lines for w in line.words)
 
 
 def _unread_ink_ratio(page: Image.Image, lines: list[_Line]) -> float:
@@ -767,7 +771,9 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     The image is levelled (`deskew`) and, when blurred, upscaled and sharpened first. Pass 1
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
     A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure, and the
-    other layout mode when ink is still unread (point labels beside a chart's line); when the best reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
+    other layout mode when ink is still unread and some word was read surely (point labels beside
+    a chart's line; a photo's texture reads as ink too, but never as a sure word). When the best
+    reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
     vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
     line) are then read on their own, and finally the numbers are re-read, enlarged.
     """
@@ -784,9 +790,9 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     if first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO:
         passes.append(_Pass("sparse", 0, _run_tesseract(page, 11, langs)))
         read = [line for reading in passes for line in reading.lines]
-        if (
-            _unread_ink_ratio(page, read) > UNREAD_INK_RATIO
-        ):  # labels beside chart lines: try the other layout
+        # labels beside chart lines: try the other layout, unless no read is sure of a single word
+        # (then the unread "ink" is a photo's texture, and a third read only adds noise)
+        if _any_sure_word(read) and _unread_ink_ratio(page, read) > UNREAD_INK_RATIO:
             passes.append(
                 _Pass("layout" if removed else "rows", 0, _run_tesseract(page, 3 if removed else 6, langs))
             )
