@@ -24,8 +24,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 
 import dagster
 import sqlalchemy
@@ -77,6 +78,26 @@ def _no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
+class SchemaFacts:
+    """What a storage's schema and data migrations are known to have, remembered once seen.
+
+    Dagster asks its SQLite storages before nearly every read and write whether a table, a column
+    or a migrated index exists (~40 queries, reflections and new connections per ingest run).
+    Migrations only ever add them, so an answer of yes stays true; a no is asked again.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def holds(self, fact: tuple[str, str], probe: Callable[[], bool]) -> bool:
+        if fact in self._seen:
+            return True
+        if probe():
+            self._seen.add(fact)
+            return True
+        return False
+
+
 class LocalEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` (one database per run plus an index) with engines kept between calls.
 
@@ -91,6 +112,7 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: the base class connects
         self._engines_lock = threading.Lock()
         self._known_partitions: dict[tuple[str, str], float] = {}  # -> remembered until (monotonic)
+        self._schema = SchemaFacts()
         super().__init__(base_dir, inst_data)
 
     @classmethod
@@ -140,6 +162,24 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         os.replace(partial, path)
         return True
 
+    def has_table(self, table_name: str) -> bool:
+        """Asked before every asset and check event write, each time on a new engine and connection."""
+        return self._schema.holds(("table", table_name), lambda: self._index_has_table(table_name))
+
+    def _index_has_table(self, table_name: str) -> bool:
+        with self._shard_engine(INDEX_SHARD_NAME).connect() as conn:
+            return bool(conn.dialect.has_table(conn, table_name))
+
+    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
+        """Reflected before every asset event write."""
+        probe = super()._has_asset_key_col_on_connection
+        return self._schema.holds(("asset_keys column", column_name), lambda: probe(conn, column_name))
+
+    def has_secondary_index(self, name: str) -> bool:
+        """Queried before every asset record read."""
+        probe = super().has_secondary_index
+        return self._schema.holds(("secondary index", name), lambda: probe(name))
+
     def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
         key = (partitions_def_name, partition_key)
         if self._known_partitions.get(key, 0.0) > time.monotonic():
@@ -178,6 +218,18 @@ class LocalRunStorage(SqliteRunStorage):
             self._reused_engine = _engine(self._conn_string)
         with self._reused_engine.connect() as conn, conn.begin():
             yield conn
+
+    @cached_property
+    def _schema(self) -> SchemaFacts:
+        return SchemaFacts()
+
+    def has_run_stats_index_cols(self) -> bool:
+        """Reflected on every run creation and status change."""
+        return self._schema.holds(("runs columns", "start_time end_time"), super().has_run_stats_index_cols)
+
+    def has_backfill_id_column(self) -> bool:
+        """Reflected on every run creation."""
+        return self._schema.holds(("runs column", "backfill_id"), super().has_backfill_id_column)
 
 
 class LocalScheduleStorage(SqliteScheduleStorage):
