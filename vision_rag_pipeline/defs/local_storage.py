@@ -35,7 +35,7 @@ from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO
 from dagster._core.events.log import EventLogEntry
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -187,6 +187,26 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         elif event_type in EVENT_TYPE_TO_PIPELINE_RUN_STATUS:
             with self.index_connection() as conn:
                 conn.execute(_INSERT_EVENT, row)
+
+    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+        """Dagster's update of the asset's row in `asset_keys`, trying the UPDATE first: Dagster tries
+        an INSERT, which fails on every event of an asset already known (16 a run), and updates on the
+        error. The same row results; the transaction holds SQLite's write lock, so no other process
+        can insert the row between the two statements."""
+        asset_key = event.dagster_event.asset_key if event.dagster_event else None
+        if asset_key is None:
+            return
+        values = self._get_asset_entry_values(
+            event, event_id, self._has_asset_key_index_cols_on_connection(conn)
+        )
+        if not values:
+            return
+        key = asset_key.to_string()
+        updated = conn.execute(
+            AssetKeyTable.update().where(AssetKeyTable.c.asset_key == key).values(**values)
+        )
+        if updated.rowcount == 0:
+            conn.execute(AssetKeyTable.insert().values(asset_key=key, **values))
 
     def has_table(self, table_name: str) -> bool:
         """Asked before every asset and check event write, each time on a new engine and connection."""
