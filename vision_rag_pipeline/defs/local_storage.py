@@ -3,8 +3,9 @@
 Dagster's SQLite storages build a fresh SQLAlchemy engine (and SQLite connection) for every read
 and write: about 330 times per ingest run here, roughly 1 s of CPU per document, more than a
 document's embedding. These subclasses keep one engine per database file and reuse its
-connections; what is stored, and where, is unchanged, so `dagster dev` and the UI read the same
-files. Production deployments use dagster-postgres instead (docker/dagster.yaml).
+connections, remember the schema Dagster probes before most writes, and store an event's rows
+without rebuilding statements; what is stored, and where, is unchanged, so `dagster dev` and the
+UI read the same files. Production deployments use dagster-postgres instead (docker/dagster.yaml).
 
 `base_dir` is optional in each: by default it lies under the vision-rag Dagster home
 (`$DAGSTER_HOME`, else `$VISION_RAG_HOME/dagster`). That lets the repo root's dagster.yaml name no
