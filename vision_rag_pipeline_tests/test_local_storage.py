@@ -16,13 +16,13 @@ from vision_rag_pipeline.defs.runner import failure_reason, write_local_instance
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
 
-@dg.asset(partitions_def=documents)
+@dg.asset(partitions_def=documents, code_version="1")  # versioned: data versions repeat across homes
 def loaded(context: dg.AssetExecutionContext) -> str:
     print(f"stdout of {context.partition_key}")  # what a user's print looks like
     return context.partition_key
 
 
-@dg.asset(partitions_def=documents)
+@dg.asset(partitions_def=documents, code_version="1")
 def indexed(loaded: str) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={"rows": len(loaded)})
 
@@ -63,6 +63,39 @@ def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path:
             )
             stdout = plain.compute_log_manager.get_log_data(log_key).stdout or b""
             assert f"stdout of {run.tags['dagster/partition']}".encode() in stdout
+
+
+def _asset_state(instance: dg.DagsterInstance) -> dict:
+    """What the UI and the version checks read of each asset: its record and per-partition data versions."""
+    state = {}
+    for key in (dg.AssetKey("loaded"), dg.AssetKey("indexed")):
+        (record,) = instance.get_asset_records([key])
+        latest = record.asset_entry.last_materialization_record
+        tags = dict(latest.asset_materialization.tags or {}) if latest else {}
+        pointers = {k for k in tags if k.startswith("dagster/input_event_pointer/")}
+        state[key] = {
+            "tags": {k: v for k, v in tags.items() if k not in pointers},  # storage ids differ per home
+            "pointers": sorted(pointers),
+            "last_run_is_latest": record.asset_entry.last_run_id == instance.get_runs(limit=1)[0].run_id,
+            "partitions": instance.get_materialized_partitions(key),
+            "data_versions": instance.event_log_storage.get_latest_tags_by_partition(
+                key, dg.DagsterEventType.ASSET_MATERIALIZATION, ["dagster/data_version"]
+            ),
+        }
+    return state
+
+
+def test_assets_read_back_as_from_dagsters_own_sqlite_storage(tmp_path: Path) -> None:
+    write_local_instance_config(tmp_path / "ours")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    states = []
+    for home in ("ours", "plain"):
+        with dg.DagsterInstance.from_config(str(tmp_path / home)) as instance:
+            _run_three_documents(instance)
+            states.append(_asset_state(instance))
+    assert states[0] == states[1]
+    assert states[0][dg.AssetKey("indexed")]["pointers"] == ["dagster/input_event_pointer/loaded"]
 
 
 def test_a_dagster_yaml_of_the_users_own_is_left_alone(tmp_path: Path) -> None:

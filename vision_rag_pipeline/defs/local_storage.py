@@ -3,8 +3,9 @@
 Dagster's SQLite storages build a fresh SQLAlchemy engine (and SQLite connection) for every read
 and write: about 330 times per ingest run here, roughly 1 s of CPU per document, more than a
 document's embedding. These subclasses keep one engine per database file and reuse its
-connections; what is stored, and where, is unchanged, so `dagster dev` and the UI read the same
-files. Production deployments use dagster-postgres instead (docker/dagster.yaml).
+connections, remember the schema Dagster probes before most writes, and store an event's rows
+without rebuilding statements; what is stored, and where, is unchanged, so `dagster dev` and the
+UI read the same files. Production deployments use dagster-postgres instead (docker/dagster.yaml).
 
 `base_dir` is optional in each: by default it lies under the vision-rag Dagster home
 (`$DAGSTER_HOME`, else `$VISION_RAG_HOME/dagster`). That lets the repo root's dagster.yaml name no
@@ -24,14 +25,18 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 
 import dagster
 import sqlalchemy
 from dagster._config import Field, StringSource, UserConfigSchema
+from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO_PIPELINE_RUN_STATUS
+from dagster._core.events.log import EventLogEntry
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
+from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -47,6 +52,7 @@ RUN_SHARD_ENGINES = 4  # one event-log database per run: keep the engines of the
 KNOWN_PARTITION_SECONDS = 5.0
 # not *.db: Dagster takes every *.db file in the folder for a run's events
 RUN_SHARD_TEMPLATE = f".empty-run-shard-{dagster.__version__}.sqlite"
+_INSERT_EVENT = SqlEventLogStorageTable.insert()
 OPTIONAL_BASE_DIR: UserConfigSchema = {"base_dir": Field(StringSource, is_required=False)}
 # Where each storage keeps its files under a Dagster home (Dagster's own layout, plus `history`).
 HOME_SUBDIRS = {
@@ -77,6 +83,26 @@ def _no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
 
 
+class SchemaFacts:
+    """What a storage's schema and data migrations are known to have, remembered once seen.
+
+    Dagster asks its SQLite storages before nearly every read and write whether a table, a column
+    or a migrated index exists (~40 queries, reflections and new connections per ingest run).
+    Migrations only ever add them, so an answer of yes stays true; a no is asked again.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def holds(self, fact: tuple[str, str], probe: Callable[[], bool]) -> bool:
+        if fact in self._seen:
+            return True
+        if probe():
+            self._seen.add(fact)
+            return True
+        return False
+
+
 class LocalEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` (one database per run plus an index) with engines kept between calls.
 
@@ -91,6 +117,7 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: the base class connects
         self._engines_lock = threading.Lock()
         self._known_partitions: dict[tuple[str, str], float] = {}  # -> remembered until (monotonic)
+        self._schema = SchemaFacts()
         super().__init__(base_dir, inst_data)
 
     @classmethod
@@ -140,6 +167,66 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         os.replace(partial, path)
         return True
 
+    def store_event(self, event: EventLogEntry) -> None:
+        """`SqliteEventLogStorage.store_event` with the row passed as parameters of one INSERT
+        compiled once, not built into a new statement per event (0.33 -> 0.20 ms an event, ~94 a run).
+        Same rows, in the same databases: the run's, and the index for asset, check and run status events.
+        """
+        row = self._event_to_row(event)
+        with self.run_connection(event.run_id) as conn:
+            conn.execute(_INSERT_EVENT, row)
+        event_type = event.dagster_event_type if event.is_dagster_event else None
+        if event_type in ASSET_EVENTS:
+            with self.index_transaction() as conn:
+                event_id = conn.execute(_INSERT_EVENT, row).inserted_primary_key[0]
+                self._store_asset_event_tags(conn, [event], [event_id])
+                self._store_asset_event(conn, event, event_id)
+        elif event_type in ASSET_CHECK_EVENTS:
+            with self.index_connection() as conn:
+                event_id = conn.execute(_INSERT_EVENT, row).inserted_primary_key[0]
+            self.store_asset_check_event(event, event_id)
+        elif event_type in EVENT_TYPE_TO_PIPELINE_RUN_STATUS:
+            with self.index_connection() as conn:
+                conn.execute(_INSERT_EVENT, row)
+
+    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+        """Dagster's update of the asset's row in `asset_keys`, trying the UPDATE first: Dagster tries
+        an INSERT, which fails on every event of an asset already known (16 a run), and updates on the
+        error. The same row results; the transaction holds SQLite's write lock, so no other process
+        can insert the row between the two statements."""
+        asset_key = event.dagster_event.asset_key if event.dagster_event else None
+        if asset_key is None:
+            return
+        values = self._get_asset_entry_values(
+            event, event_id, self._has_asset_key_index_cols_on_connection(conn)
+        )
+        if not values:
+            return
+        key = asset_key.to_string()
+        updated = conn.execute(
+            AssetKeyTable.update().where(AssetKeyTable.c.asset_key == key).values(**values)
+        )
+        if updated.rowcount == 0:
+            conn.execute(AssetKeyTable.insert().values(asset_key=key, **values))
+
+    def has_table(self, table_name: str) -> bool:
+        """Asked before every asset and check event write, each time on a new engine and connection."""
+        return self._schema.holds(("table", table_name), lambda: self._index_has_table(table_name))
+
+    def _index_has_table(self, table_name: str) -> bool:
+        with self._shard_engine(INDEX_SHARD_NAME).connect() as conn:
+            return bool(conn.dialect.has_table(conn, table_name))
+
+    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
+        """Reflected before every asset event write."""
+        probe = super()._has_asset_key_col_on_connection
+        return self._schema.holds(("asset_keys column", column_name), lambda: probe(conn, column_name))
+
+    def has_secondary_index(self, name: str) -> bool:
+        """Queried before every asset record read."""
+        probe = super().has_secondary_index
+        return self._schema.holds(("secondary index", name), lambda: probe(name))
+
     def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
         key = (partitions_def_name, partition_key)
         if self._known_partitions.get(key, 0.0) > time.monotonic():
@@ -178,6 +265,18 @@ class LocalRunStorage(SqliteRunStorage):
             self._reused_engine = _engine(self._conn_string)
         with self._reused_engine.connect() as conn, conn.begin():
             yield conn
+
+    @cached_property
+    def _schema(self) -> SchemaFacts:
+        return SchemaFacts()
+
+    def has_run_stats_index_cols(self) -> bool:
+        """Reflected on every run creation and status change."""
+        return self._schema.holds(("runs columns", "start_time end_time"), super().has_run_stats_index_cols)
+
+    def has_backfill_id_column(self) -> bool:
+        """Reflected on every run creation."""
+        return self._schema.holds(("runs column", "backfill_id"), super().has_backfill_id_column)
 
 
 class LocalScheduleStorage(SqliteScheduleStorage):
