@@ -39,6 +39,7 @@ from vision_rag_pipeline.query.search import (
     vector_store,
     weighted_fuse,
 )
+from vision_rag_pipeline_tests.conftest import bench_module
 
 SAMPLE_PDF = (
     Path(__file__).resolve().parents[1]
@@ -276,6 +277,16 @@ def test_a_hybrid_search_finds_what_its_parts_do_separately(corpus: list[Chunk],
         expected = search_separately(query, 4, config)
         assert [h.chunk_id for h in hits] == [cid for cid, _ in expected], query
         assert [h.score for h in hits] == pytest.approx([score for _, score in expected], abs=1e-6)
+
+
+def test_a_hybrid_text_query_is_one_postgres_round_trip(corpus: list[Chunk]) -> None:
+    round_trips = bench_module("bench_query_scale").round_trips
+    search("Quokka enclosure", k=3)  # the store opened and its schema checked
+    with round_trips() as plain:
+        search("Quokka enclosure", k=3)
+    with round_trips() as filtered:
+        search("Quokka enclosure", k=3, kinds=["image"], metadata={"image_type": "Chart"})
+    assert plain == filtered == [1]
 
 
 def test_filters_by_kind_document_and_metadata(corpus: list[Chunk]) -> None:
