@@ -200,7 +200,7 @@ class PgVectorStore:
         query = f"""
             WITH nearest AS (
                 SELECT asked.query, scan.*
-                FROM unnest(%s::vector[]) WITH ORDINALITY AS asked (vector, query)
+                FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
                 CROSS JOIN LATERAL (
                     SELECT row_number() OVER () AS position, * FROM (
                         SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks {where}
@@ -212,7 +212,7 @@ class PgVectorStore:
             SELECT query, similarity, {_CHUNK_COLUMNS}, embedding, metadata @> %s
             FROM wanted JOIN chunks USING (chunk_id) LEFT JOIN nearest USING (chunk_id)
             ORDER BY query, position"""
-        # binary: a vector loads from its bytes, not from hundreds of decimal numbers
+        # binary both ways (%b, the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
             with one_round_trip(conn):
                 conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
