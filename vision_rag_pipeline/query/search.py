@@ -1,7 +1,8 @@
 """Hybrid search over the materialized indexes: pgvector kNN + BM25, fused by rank or by score.
 
 Reads only what the assets wrote; the embedding model and index handles are opened once per
-process so a warm search is a query embedding plus two index lookups per query text. A text and
+process so a warm search is the query embeddings, a BM25 lookup per query text and one Postgres
+round trip for them all (kNN, the candidates' rows and their embeddings). A text and
 an image (or several sub-questions) are separate rankings fused together, so a chunk found by
 several of them is one hit with the combined score. Indexed pictures whose perceptual hash is
 within a few bits of the query image's are one more ranking, and the one picture the query is
