@@ -10,8 +10,10 @@ where real ones do. Chunks go through `PgVectorStore.replace_document` (HNSW mai
 and tantivy's `rebuild`.
 
 Then, warm, for each query (a corpus sentence cut to its first 8 words): `search()` end to end
-(hybrid, k=5) and, separately, its parts: query embedding, pgvector kNN, BM25, fusion, fetch of the
-candidates, the rerank's content-query embedding, similarity lookup and term matches. Prints one JSON object with p50 and p95 in ms.
+(hybrid, k=5) and, separately, its parts: query embedding, BM25, the one Postgres statement (pgvector
+kNN and the rows of its hits and BM25's), fusion, the rerank's content-query embedding, its cosine
+similarities and term matches. Prints one JSON object with p50 and p95 in ms, and the Postgres round
+trips one `search()` makes (counted in libpq's protocol trace).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ import re
 import shutil
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +69,32 @@ def timed(samples: dict[str, list[float]], name: str, action, *args, **kwargs):
     result = action(*args, **kwargs)
     samples.setdefault(name, []).append(time.perf_counter() - start)
     return result
+
+
+@contextmanager
+def round_trips() -> Iterator[list[int]]:
+    """Counts (in the list's one item) the Postgres round trips the index store makes in the block:
+    the ReadyForQuery messages in libpq's protocol trace of each connection it takes, one a cycle."""
+    from vision_rag_pipeline.indexes import pgvector_store
+
+    counted = [0]
+    connect = pgvector_store.connect
+
+    @contextmanager
+    def traced(url: str | None = None):
+        with tempfile.TemporaryFile() as trace:
+            with connect(url) as conn:
+                conn.pgconn.trace(trace.fileno())
+                yield conn
+            conn.pgconn.untrace()  # after connect's own COMMIT, if it sends one
+            trace.seek(0)
+            counted[0] += trace.read().count(b"\tReadyForQuery\t")
+
+    pgvector_store.connect = traced
+    try:
+        yield counted
+    finally:
+        pgvector_store.connect = connect
 
 
 def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, rng: random.Random) -> float:
@@ -119,6 +150,7 @@ def main() -> None:
     from vision_rag_pipeline.query.search import (
         Ranking,
         content_query,
+        cosine_similarities,
         fuse,
         match_scores,
         search,
@@ -147,24 +179,41 @@ def main() -> None:
     for query in queries:
         timed(samples, "search_end_to_end", search, query, k=5)
         [vector] = timed(samples, "query_embedding", encode, [query], model, precision=precision)
-        nearest = timed(samples, "pgvector_knn", store.nearest, vector, pool, ef_search=retrieval.ef_search)
         hits = timed(samples, "bm25", lexical.search, query, pool)
+        found = timed(
+            samples,
+            "pgvector_knn_and_rows",
+            store.candidates,
+            [vector],
+            pool,
+            [hit.chunk_id for hit in hits],
+            ef_search=retrieval.ef_search,
+        )
         scores = {hit.chunk_id: hit.score for hit in hits}
-        rankings = [Ranking(nearest, retrieval.vector_weight), Ranking(scores, retrieval.lexical_weight)]
+        rankings = [
+            Ranking(found.nearest[0], retrieval.vector_weight),
+            Ranking(scores, retrieval.lexical_weight),
+        ]
         fused = timed(samples, "fusion", fuse, rankings, retrieval)
         ranked = sorted(fused, key=fused.__getitem__, reverse=True)[: 2 * max(5, retrieval.rerank_depth)]
-        chunks = timed(samples, "fetch", store.fetch, ranked)
-        head = [cid for cid in ranked if cid in chunks][: retrieval.rerank_depth]
-        texts = {cid: chunks[cid].text for cid in head}
-        titles = {cid: str(chunks[cid].metadata.get("title") or "") for cid in head}
+        head = [cid for cid in ranked if cid in found.chunks][: retrieval.rerank_depth]
+        texts = {cid: found.chunks[cid].text for cid in head}
+        titles = {cid: str(found.chunks[cid].metadata.get("title") or "") for cid in head}
         asked = content_query(query, [f"{titles[cid]} {texts[cid]}" for cid in head])
         [asked_vector] = timed(samples, "rerank_embedding", encode, [asked], model, precision=precision)
-        timed(samples, "rerank_similarities", store.similarities, asked_vector, head)
+        embeddings = {cid: found.embeddings[cid] for cid in head}
+        timed(samples, "rerank_similarities", cosine_similarities, asked_vector, embeddings)
         timed(samples, "rerank_matches", match_scores, query, texts, titles)
+    trips = []
+    for query in queries[:10]:
+        with round_trips() as counted:
+            search(query, k=5)
+        trips.append(counted[0])
     report["ms"] = {name: percentiles(values) for name, values in samples.items()}
     parts = sum(statistics.median(values) for name, values in samples.items() if name != "search_end_to_end")
     report["parts_p50_sum_ms"] = round(parts * 1000, 1)
     report["end_to_end_over_parts"] = round(statistics.median(samples["search_end_to_end"]) / parts, 2)
+    report["postgres_round_trips_per_search"] = sorted(set(trips))
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
 

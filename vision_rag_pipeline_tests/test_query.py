@@ -5,13 +5,16 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from psycopg.types.json import Jsonb
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
+from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.embeddings.encoder import encode
@@ -23,15 +26,20 @@ from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError, describe_query_image
 from vision_rag_pipeline.query.search import (
     Ranking,
+    _unsure_ocr,
     content_query,
+    cosine_similarities,
+    fuse,
     match_scores,
     query_terms,
     rerank,
     rrf_fuse,
     same_picture,
     search,
+    vector_store,
     weighted_fuse,
 )
+from vision_rag_pipeline_tests.conftest import bench_module
 
 SAMPLE_PDF = (
     Path(__file__).resolve().parents[1]
@@ -191,6 +199,96 @@ def test_weighted_fusion_is_configurable(corpus: list[Chunk]) -> None:
     assert hits[0].score <= 1.5
 
 
+def nearest_alone(vector: np.ndarray, limit: int, ef_search: int, where: str = "", *params) -> list[tuple]:
+    """pgvector kNN as its own statement: the oracle for `PgVectorStore.candidates`."""
+    with connect() as conn:
+        conn.execute(f"SET LOCAL hnsw.ef_search = {ef_search}")
+        if where:
+            conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+        rows = conn.execute(
+            f"SELECT chunk_id, 1 - (embedding <=> %s) FROM chunks {where} ORDER BY embedding <=> %s LIMIT %s",
+            (vector, *params, vector, limit),
+        ).fetchall()
+    return sorted(rows, key=lambda row: -row[1])
+
+
+def rows_alone(chunk_ids: list[str]) -> dict[str, Chunk]:
+    """The rows of `chunk_ids` as their own statement."""
+    return {c.chunk_id: c for c in PgVectorStore(384).candidates([], 0, chunk_ids).chunks.values()}
+
+
+def test_one_statement_finds_what_the_separate_lookups_do(corpus: list[Chunk]) -> None:
+    store = PgVectorStore(384)
+    vectors = encode(["Quokka enclosure fence", "feed tonnage chart"], RagConfig().embedding.model)
+    also = [f"{TEXT_DOC}:00001", f"{PDF_DOC}:00000", "no-such-chunk"]
+    found = store.candidates(vectors, 3, also, ef_search=40)
+    for vector, nearest in zip(vectors, found.nearest, strict=True):
+        alone = nearest_alone(vector, 3, 40)
+        assert list(nearest) == [chunk_id for chunk_id, _ in alone]
+        assert list(nearest.values()) == pytest.approx([similarity for _, similarity in alone], abs=1e-9)
+    wanted = {*also, *found.nearest[0], *found.nearest[1]} - {"no-such-chunk"}
+    with connect() as conn:
+        expected_rows = conn.execute(
+            "SELECT chunk_id FROM chunks WHERE chunk_id = ANY(%s)", (list(wanted),)
+        ).fetchall()
+    assert set(found.chunks) == {row[0] for row in expected_rows} == set(found.embeddings)
+    assert found.chunks[f"{PDF_DOC}:00000"] == corpus[-1]
+    cosines = cosine_similarities(vectors[0], found.embeddings)
+    assert cosines == pytest.approx(store.similarities(vectors[0], list(found.chunks)), abs=1e-6)
+
+    charts = {"image_type": "Chart"}
+    found = store.candidates(vectors[1:], 2, also, ef_search=40, kinds=["image"], metadata=charts)
+    alone = nearest_alone(
+        vectors[1], 2, 40, "WHERE kind = ANY(%s) AND metadata @> %s", ["image"], Jsonb(charts)
+    )
+    assert list(found.nearest[0]) == [chunk_id for chunk_id, _ in alone]
+    assert found.matching == {
+        cid for cid, chunk in found.chunks.items() if chunk.metadata.get("image_type") == "Chart"
+    }
+
+
+def search_separately(query: str, k: int, config: RagConfig) -> list[tuple[str, float]]:
+    """A plain hybrid search composed of its parts, each its own lookup (kNN, BM25, rows, similarities)."""
+    retrieval, model = config.retrieval, config.embedding.model
+    pool, depth = max(k, retrieval.candidates), max(k, retrieval.rerank_depth)
+    nearest = dict(nearest_alone(encode([query], model)[0], pool, retrieval.ef_search))
+    lexical = {hit.chunk_id: hit.score for hit in open_lexical_index().search(query, pool)}
+    rankings = [Ranking(nearest, retrieval.vector_weight), Ranking(lexical, retrieval.lexical_weight)]
+    fused = fuse(rankings, retrieval)
+    ranked = sorted(fused, key=lambda cid: -fused[cid])[: depth * 2]
+    rows = rows_alone(ranked)
+    best = [cid for cid in ranked if cid in rows][:depth]
+    head = best[: retrieval.rerank_depth]
+    texts = {cid: rows[cid].text for cid in head}
+    titles = {cid: str(rows[cid].metadata.get("title") or "") for cid in head}
+    asked = content_query(query, [f"{titles[cid]} {texts[cid]}" for cid in head])
+    similarities = vector_store(model).similarities(encode([asked], model)[0], head) if asked else {}
+    head = rerank(head, fused, match_scores(query, texts, titles), similarities, retrieval)
+    head = sorted(head, key=lambda cid: _unsure_ocr(rows[cid]))
+    return [(cid, round(fused[cid], 6)) for cid in (head + best[len(head) :])[:k]]
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def test_a_hybrid_search_finds_what_its_parts_do_separately(corpus: list[Chunk], fusion: str) -> None:
+    config = RagConfig(retrieval=RetrievalConfig(fusion=fusion, candidates=3, rerank_depth=3))
+    index_chunks(kpi_excerpts())
+    for query in [*PARAPHRASES, "Quokka enclosure", "Zephyrine picnic attendees", "feed tonnage"]:
+        hits = search(query, k=4, config=config)
+        expected = search_separately(query, 4, config)
+        assert [h.chunk_id for h in hits] == [cid for cid, _ in expected], query
+        assert [h.score for h in hits] == pytest.approx([score for _, score in expected], abs=1e-6)
+
+
+def test_a_hybrid_text_query_is_one_postgres_round_trip(corpus: list[Chunk]) -> None:
+    round_trips = bench_module("bench_query_scale").round_trips
+    search("Quokka enclosure", k=3)  # the store opened and its schema checked
+    with round_trips() as plain:
+        search("Quokka enclosure", k=3)
+    with round_trips() as filtered:
+        search("Quokka enclosure", k=3, kinds=["image"], metadata={"image_type": "Chart"})
+    assert plain == filtered == [1]
+
+
 def test_filters_by_kind_document_and_metadata(corpus: list[Chunk]) -> None:
     query = "Quokka enclosure"
     assert {h.kind for h in search(query, k=10, kinds=["image"])} == {"image"}
@@ -198,7 +296,8 @@ def test_filters_by_kind_document_and_metadata(corpus: list[Chunk]) -> None:
     assert by_name and {h.document for h in by_name} == {"/archive/zoo-news.mhtml"}
     charts = search(query, k=10, metadata={"image_type": "Chart"})
     assert charts[0].chunk_id == f"{CHART_DOC}:00000"
-    stored = PgVectorStore(384).fetch([h.chunk_id for h in charts])  # other tests' documents share the index
+    # other tests' documents share the index
+    stored = PgVectorStore(384).candidates([], 0, [h.chunk_id for h in charts]).chunks
     assert {stored[h.chunk_id].metadata.get("image_type") for h in charts} == {"Chart"}
     assert search(query, k=10, document_ids=["no-such-document.pdf"]) == []
     with pytest.raises(ValueError, match="unknown chunk kind"):

@@ -49,14 +49,16 @@ def search_until(stop: threading.Event, store: PgVectorStore, lexical, outcomes:
     query = unit(np.ones((1, DIM)))[0]
     while not stop.is_set():
         try:
-            outcomes.append((len(store.nearest(query, 5)), len(lexical.search("quarterly revenue", 5))))
+            outcomes.append(
+                (len(store.candidates([query], 5).nearest[0]), len(lexical.search("quarterly revenue", 5)))
+            )
         except Exception as exc:  # any error during the swap is the failure this test is about
             outcomes.append(exc)
 
 
 def test_searches_answer_throughout_a_rebuild_and_swap(populated, fresh_database):
     store, lexical = populated
-    before = set(store.nearest(unit(np.ones((1, DIM)))[0], 20))
+    before = set(store.candidates(unit(np.ones((1, DIM))), 20).nearest[0])
     stop, outcomes = threading.Event(), []
     searcher = threading.Thread(target=search_until, args=(stop, store, lexical, outcomes))
     searcher.start()
@@ -73,7 +75,7 @@ def test_searches_answer_throughout_a_rebuild_and_swap(populated, fresh_database
     ]
     assert vector_report.chunks == lexical_docs == DOCUMENTS * CHUNKS_PER_DOCUMENT
     assert not vector_report.reembedded
-    assert set(store.nearest(unit(np.ones((1, DIM)))[0], 20)) == before  # vectors copied
+    assert set(store.candidates(unit(np.ones((1, DIM))), 20).nearest[0]) == before  # vectors copied
     assert lexical.count() == DOCUMENTS * CHUNKS_PER_DOCUMENT
 
 
@@ -97,5 +99,5 @@ def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated
 
     assert report.reembedded and report.dim == new_dim == vector_dimension(fresh_database)
     assert len(embedded) == report.chunks == DOCUMENTS * CHUNKS_PER_DOCUMENT
-    hits = PgVectorStore(new_dim, fresh_database).nearest(unit(np.ones((1, new_dim)))[0], 3)
+    hits = PgVectorStore(new_dim, fresh_database).candidates(unit(np.ones((1, new_dim))), 3).nearest[0]
     assert len(hits) == 3

@@ -132,6 +132,22 @@ def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
     conn.close()
 
 
+@contextmanager
+def one_round_trip(conn: psycopg.Connection) -> Iterator[None]:
+    """Send the block's statements as one transaction in one network round trip (pipeline mode);
+    read their cursors after the block. Use inside `connect`, which drops the connection on error.
+
+    psycopg syncs a pipeline after the BEGIN it issues itself, a round trip of its own, so the
+    transaction is begun and committed here, in autocommit mode.
+    """
+    conn.autocommit = True
+    with conn.pipeline():
+        conn.execute("BEGIN")
+        yield
+        conn.execute("COMMIT")
+    conn.autocommit = False
+
+
 def _idle_connection(url: str) -> psycopg.Connection | None:
     now = time.monotonic()
     with _lock:

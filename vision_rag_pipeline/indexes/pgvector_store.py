@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from pgvector import Vector
@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.postgres import connect, ensure_schema
+from vision_rag_pipeline.core.postgres import connect, ensure_schema, one_round_trip
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 
 
@@ -71,6 +71,15 @@ def _schema(dim: int) -> str:
 _CHUNK_COLUMNS = (
     "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url, metadata"
 )
+
+
+class Candidates(NamedTuple):
+    """What one search reads from Postgres (`PgVectorStore.candidates`)."""
+
+    nearest: list[dict[str, float]]  # per query vector: chunk id -> cosine similarity, best first
+    chunks: dict[str, Chunk]  # the rows found, nearest or asked for
+    embeddings: dict[str, np.ndarray]  # their stored vectors, for the rerank's similarities
+    matching: set[str]  # those whose metadata contains the metadata filter's (all without one)
 
 
 class PgVectorStore:
@@ -169,33 +178,61 @@ class PgVectorStore:
             ).fetchall()
         return sorted(row[0] for row in rows)
 
-    def nearest(
+    def candidates(
         self,
-        vector: np.ndarray,
+        vectors: Sequence[np.ndarray],
         limit: int,
+        also: Sequence[str] = (),
         *,
         ef_search: int = 100,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
-    ) -> dict[str, float]:
-        """{chunk id: cosine similarity} of the nearest chunks through the HNSW index, filters applied in the scan.
+    ) -> Candidates:
+        """The `limit` nearest chunks to each vector through the HNSW index, filters applied in the
+        scan, and the rows with embeddings of those and of `also`: a search's one round trip.
 
         With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
         so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
         """
         where, params = _filters(document_ids, kinds, metadata)
-        with connect(self.url) as conn:
-            conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-            if where:
-                conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-            rows = conn.execute(
-                f"SELECT chunk_id, 1 - (embedding <=> %s) AS similarity FROM chunks {where}"
-                " ORDER BY embedding <=> %s LIMIT %s",
-                (Vector(vector), *params, Vector(vector), limit),
-            ).fetchall()
-        ordered = sorted(rows, key=lambda row: -row[1])  # relaxed order: nearly sorted, made exact here
-        return {chunk_id: float(similarity) for chunk_id, similarity in ordered}
+        # `position` keeps each scan's order, so equal similarities stay in it as they did alone
+        query = f"""
+            WITH nearest AS (
+                SELECT asked.query, scan.*
+                FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
+                CROSS JOIN LATERAL (
+                    SELECT row_number() OVER () AS position, * FROM (
+                        SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks {where}
+                        ORDER BY embedding <=> asked.vector LIMIT %s
+                    ) AS ordered
+                ) AS scan
+            ),
+            wanted AS (SELECT chunk_id FROM nearest UNION SELECT unnest(%s::text[]))
+            SELECT query, similarity, {_CHUNK_COLUMNS}, embedding, metadata @> %s
+            FROM wanted JOIN chunks USING (chunk_id) LEFT JOIN nearest USING (chunk_id)
+            ORDER BY query, position"""
+        # binary both ways (%b, the cursor): a vector is its bytes, not hundreds of decimal numbers
+        with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
+            with one_round_trip(conn):
+                conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+                if where:
+                    conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+                cursor.execute(
+                    query, ([Vector(v) for v in vectors], *params, limit, list(also), Jsonb(metadata or {}))
+                )
+            rows = cursor.fetchall()
+        found = Candidates([{} for _ in vectors], {}, {}, set())
+        for asked, similarity, *row, embedding, matches in rows:
+            if asked is not None:
+                found.nearest[asked - 1][row[0]] = float(similarity)
+            found.chunks[row[0]] = _chunk_from_row(tuple(row))
+            found.embeddings[row[0]] = embedding.to_numpy()
+            if matches:
+                found.matching.add(row[0])
+        for i, scores in enumerate(found.nearest):  # relaxed order: nearly sorted, made exact here
+            found.nearest[i] = dict(sorted(scores.items(), key=lambda item: -item[1]))
+        return found
 
     def near_duplicates(
         self,
@@ -231,24 +268,6 @@ class PgVectorStore:
                 (Vector(vector), list(chunk_ids)),
             ).fetchall()
         return {chunk_id: float(similarity) for chunk_id, similarity in rows}
-
-    def matching(self, chunk_ids: Sequence[str], metadata: dict[str, Any]) -> set[str]:
-        """Those of `chunk_ids` whose metadata contains `metadata` (JSON containment)."""
-        where, params = _filters(None, None, metadata)
-        with connect(self.url) as conn:
-            rows = conn.execute(
-                f"SELECT chunk_id FROM chunks {where} AND chunk_id = ANY(%s)", (*params, list(chunk_ids))
-            ).fetchall()
-        return {row[0] for row in rows}
-
-    def fetch(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
-        if not chunk_ids:
-            return {}
-        with connect(self.url) as conn:
-            rows = conn.execute(
-                f"SELECT {_CHUNK_COLUMNS} FROM chunks WHERE chunk_id = ANY(%s)", (list(chunk_ids),)
-            ).fetchall()
-        return {row[0]: _chunk_from_row(row) for row in rows}
 
 
 def _tables_exist(conn: Any) -> bool:

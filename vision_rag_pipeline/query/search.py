@@ -1,7 +1,8 @@
 """Hybrid search over the materialized indexes: pgvector kNN + BM25, fused by rank or by score.
 
 Reads only what the assets wrote; the embedding model and index handles are opened once per
-process so a warm search is a query embedding plus two index lookups per query text. A text and
+process so a warm search is the query embeddings, a BM25 lookup per query text and one Postgres
+round trip for them all (kNN, the candidates' rows and their embeddings). A text and
 an image (or several sub-questions) are separate rankings fused together, so a chunk found by
 several of them is one hit with the combined score. Indexed pictures whose perceptual hash is
 within a few bits of the query image's are one more ranking, and the one picture the query is
@@ -17,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
@@ -99,24 +101,6 @@ def vector_store(model: str) -> PgVectorStore:
     return PgVectorStore(embedding_dimension(model))
 
 
-def _lexical_ranking(
-    store: PgVectorStore,
-    query: str,
-    limit: int,
-    document_ids: list[str] | None,
-    kinds: list[str] | None,
-    metadata: dict[str, Any] | None,
-) -> dict[str, float]:
-    """BM25 hits; a metadata filter is applied afterwards in Postgres, on a larger candidate set."""
-    fetch = limit * 4 if metadata else limit
-    hits = open_lexical_index().search(query, fetch, document_ids=document_ids, kinds=kinds)
-    scores = {hit.chunk_id: hit.score for hit in hits}
-    if metadata and scores:
-        kept = store.matching(list(scores), metadata)
-        scores = {cid: s for cid, s in scores.items() if cid in kept}
-    return dict(list(scores.items())[:limit])
-
-
 def search_queries(
     queries: Sequence[tuple[str, float]],
     k: int,
@@ -146,27 +130,19 @@ def search_queries(
     if document_ids == []:
         return []
     pool = max(k, retrieval.candidates)
-    rankings: list[Ranking] = []
-    lexical_rankings: list[Ranking] = []
-    if mode in ("hybrid", "lexical"):
-        for text, weight in queries:
-            scores = _lexical_ranking(store, text, pool, document_ids, filters.kinds, filters.metadata)
-            lexical_rankings.append(Ranking(scores, weight * retrieval.lexical_weight))
-    if mode in ("hybrid", "vector"):
-        vectors = encode(
-            [text for text, _ in queries], config.embedding.model, precision=config.embedding.precision
+    lexical = open_lexical_index()
+    # a metadata filter is applied to BM25 hits afterwards, in Postgres, so ask for more of them
+    lexical_hits = [
+        lexical.search(
+            text, pool * 4 if filters.metadata else pool, document_ids=document_ids, kinds=filters.kinds
         )
-        for (_, weight), vector in zip(queries, vectors, strict=True):
-            scores = store.nearest(
-                vector,
-                pool,
-                ef_search=retrieval.ef_search,
-                document_ids=document_ids,
-                kinds=filters.kinds,
-                metadata=filters.metadata,
-            )
-            rankings.append(Ranking(scores, weight * retrieval.vector_weight))
-    rankings += lexical_rankings
+        for text, _ in (queries if mode in ("hybrid", "lexical") else [])
+    ]
+    vectors = (
+        encode([text for text, _ in queries], config.embedding.model, precision=config.embedding.precision)
+        if mode in ("hybrid", "vector")
+        else []
+    )
     near: dict[str, tuple[int, str]] = {}
     if image is not None and image.perceptual_hash and retrieval.near_duplicate_bits is not None:
         near = store.near_duplicates(
@@ -176,13 +152,30 @@ def search_queries(
             kinds=filters.kinds,
             metadata=filters.metadata,
         )
+    found = store.candidates(
+        vectors,
+        pool,
+        [*(hit.chunk_id for hits in lexical_hits for hit in hits), *near],
+        ef_search=retrieval.ef_search,
+        document_ids=document_ids,
+        kinds=filters.kinds,
+        metadata=filters.metadata,
+    )
+    chunks = found.chunks
+    rankings = [
+        Ranking(scores, weight * retrieval.vector_weight)
+        for (_, weight), scores in zip(queries, found.nearest, strict=False)
+    ]
+    for (_, weight), hits in zip(queries, lexical_hits, strict=False):
+        kept = [hit for hit in hits if not filters.metadata or hit.chunk_id in found.matching][:pool]
+        rankings.append(Ranking({hit.chunk_id: hit.score for hit in kept}, weight * retrieval.lexical_weight))
+    if near:
         closeness = {cid: 1 - distance / HASH_BITS for cid, (distance, _) in near.items()}
         rankings.append(Ranking(closeness, retrieval.image_query_weight))
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])
     depth = max(k, retrieval.rerank_depth)
-    # a lexical entry may outlive its Postgres row briefly; near pictures may rank below the cut
-    chunks = store.fetch([*ranked[: depth * 2], *near])
+    # a lexical entry may outlive its Postgres row briefly
     best = [cid for cid in ranked[: depth * 2] if cid in chunks][:depth]
     head = best[: retrieval.rerank_depth]
     if head:
@@ -196,7 +189,7 @@ def search_queries(
         )
         if asked and mode != "lexical":
             asked_vector = encode([asked], config.embedding.model, precision=config.embedding.precision)[0]
-            similarities = store.similarities(asked_vector, head)
+            similarities = cosine_similarities(asked_vector, {cid: found.embeddings[cid] for cid in head})
         matches = match_scores(queries[0][0], texts, titles)
         head = rerank(head, fused, matches, similarities, retrieval)
         if retrieval.low_confidence_ocr_last:
@@ -205,6 +198,18 @@ def search_queries(
     same = [cid for cid in same_picture(near, retrieval) if cid in chunks]
     best = same + [cid for cid in best if cid not in same]
     return [_hit(chunks[cid], fused[cid]) for cid in best[:k]]
+
+
+def cosine_similarities(vector: np.ndarray, embeddings: dict[str, np.ndarray]) -> dict[str, float]:
+    """{chunk id: cosine similarity} of stored embeddings to `vector`, computed here from the rows
+    the search read anyway rather than asked of Postgres again (float32 sums, as pgvector's)."""
+    if not embeddings:
+        return {}
+    matrix = np.stack(list(embeddings.values())).astype(np.float32)
+    vector = np.asarray(vector, dtype=np.float32)
+    dots = (matrix @ vector).astype(np.float64)
+    squares = np.einsum("ij,ij->i", matrix, matrix).astype(np.float64) * float(vector @ vector)
+    return dict(zip(embeddings, np.clip(dots / np.sqrt(squares), -1.0, 1.0).tolist(), strict=True))
 
 
 def same_picture(near: dict[str, tuple[int, str]], retrieval: RetrievalConfig) -> list[str]:
