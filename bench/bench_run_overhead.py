@@ -97,7 +97,7 @@ def main() -> None:
     from vision_rag_pipeline.defs import runner as ingest
 
     ingest.quiet_library_noise()
-    files = sorted(str(p) for p in args.source.iterdir() if p.suffix in (".mhtml", ".pdf"))
+    files = sorted(str(p) for p in args.source.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     ingest.ingest_paths(files[:2], workers=1)
 
     in_assets = [0.0]
