@@ -49,18 +49,13 @@ def enriched_images(documents: list[Path]) -> dict[str, object]:
     return pictures
 
 
-def read_kind(index: int, size: tuple[int, int], first: tuple[int, tuple[int, int]], psm: int) -> str:
-    """Which of `ocr_image`'s reads a Tesseract call is, from its order, page size and mode."""
-    first_psm, page = first
-    if index == 0:
-        return "first"
-    if size not in (page, page[::-1]):
-        return "sheets"
-    if psm == 11:
-        return "sparse"
-    if size != page:
-        return "rotated"
-    return "other layout" if psm != first_psm else "rotated"
+def read_kind(image: object, psm: int, page: object) -> str:
+    """Which of `ocr_image`'s reads a Tesseract call on `image` is. The first read's image is the
+    page: later reads of that very image are the sparse or the other layout one, a new image of the
+    page's size (either way round) is the page turned, any other size a sheet of re-read crops."""
+    if image is page:
+        return "sparse" if psm == 11 else "other layout"
+    return "rotated" if image.size in (page.size, page.size[::-1]) else "sheets"
 
 
 def main() -> None:
@@ -81,27 +76,22 @@ def main() -> None:
         return {t for t in tokens if t in vocabulary or (t.isdigit() and len(t) >= 2)}
 
     pictures = enriched_images(document_sets(args.corpus)[args.set])
-    run_tesseract, calls = ocr._run_tesseract, []
+    run_tesseract, by_kind = ocr._run_tesseract, Counter()
+    page: list[object] = []  # the current picture's page image: its first read's
 
     def timed(gray, psm, languages, **options):  # noqa: ANN001, ANN202 - same signature as the original
         started = time.process_time()
         lines = run_tesseract(gray, psm, languages, **options)
-        calls.append((psm, gray.size, time.process_time() - started))
+        kind = read_kind(gray, psm, page[0]) if page else "first"
+        page[:] = page or [gray]
+        by_kind[kind] += time.process_time() - started
         return lines
 
     ocr._run_tesseract = timed
-    readings, by_kind, started = {}, Counter(), time.process_time()
+    readings, started = {}, time.process_time()
     for name, picture in pictures.items():
-        calls.clear()
+        page.clear()
         readings[name] = ocr.ocr_image(picture, ["eng"]).text
-        first = (calls[0][0], calls[0][1]) if calls else (0, (0, 0))
-        seen_other = False
-        for index, (psm, size, seconds) in enumerate(calls):
-            kind = read_kind(index, size, first, psm)
-            if kind == "other layout" and seen_other:
-                kind = "rotated"
-            seen_other |= kind == "other layout"
-            by_kind[kind] += seconds
     cpu = time.process_time() - started
     report = {
         "set": args.set,
@@ -111,16 +101,13 @@ def main() -> None:
         "words": sum(len(words(text)) for text in readings.values()),
     }
     if args.against:
-        other = json.loads(args.against.read_text())
+        other = {name: words(text) for name, text in json.loads(args.against.read_text()).items()}
+        here = {name: words(text) for name, text in readings.items()}
         report["words_only_here"] = {
-            name: sorted(words(text) - words(other.get(name, "")))
-            for name, text in readings.items()
-            if words(text) - words(other.get(name, ""))
+            n: sorted(w - other.get(n, set())) for n, w in here.items() if w - other.get(n, set())
         }
         report["words_only_there"] = {
-            name: sorted(words(other.get(name, "")) - words(text))
-            for name, text in readings.items()
-            if words(other.get(name, "")) - words(text)
+            n: sorted(other.get(n, set()) - w) for n, w in here.items() if other.get(n, set()) - w
         }
     if args.out:
         args.out.write_text(json.dumps(readings, ensure_ascii=False, indent=1))
