@@ -143,6 +143,31 @@ def test_svg_text_and_scanned_pages_are_enriched(cache: EnrichmentCache) -> None
     assert "Tenant Virtanen" in batch.results[page.sha256].meta_content
 
 
+def test_a_scan_with_its_own_ocr_layer_is_not_read_again(
+    cache: EnrichmentCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vision_rag_pipeline.enrichment import batch as batch_module
+
+    layer = "Lease agreement No. 4471\nTenant Virtanen, rent 12,5 % above index"
+    scan = image(["Signed lease agreement", "Tenant Virtanen"], "page-1-image-1.png", text_layer=layer)
+    bare = scan.model_copy(update={"text_layer": ""})
+    config = fresh_config()
+    verdicts = classify_images([scan], config.media_enrichment.features.classifier)
+
+    def no_tesseract(*_args: object) -> None:
+        raise AssertionError("an image with a text layer was OCR'd")
+
+    monkeypatch.setattr(batch_module, "ocr_image", no_tesseract)
+    result = enrich_document_images([scan], verdicts, config, cache, "scan.pdf").results[scan.sha256]
+    assert result.ocr.text == layer and result.ocr.level == "High"
+    assert "rent 12,5 % above index" in parse_meta_content(result.meta_content)["content"]
+
+    monkeypatch.undo()  # the same bytes without a layer are another enrichment: read, not served the layer
+    unread = enrich_document_images([bare], verdicts, config, cache, "scan.pdf")
+    assert (unread.calls, unread.cache_hits) == (1, 0)
+    assert "Virtanen" in unread.results[scan.sha256].ocr.text
+
+
 # --- with a vision endpoint ----------------------------------------------------------------------
 
 

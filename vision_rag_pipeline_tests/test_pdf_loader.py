@@ -26,6 +26,7 @@ class Text:
     y: float  # baseline, PDF user space (bottom-left origin)
     text: str
     size: float = 12
+    invisible: bool = False  # render mode 3, as OCR software lays its text over a scan
 
 
 @dataclass
@@ -66,7 +67,8 @@ def write_pdf(pages: list[Page], info: dict[str, str] | None = None, encrypt: bo
         content, xobjects = [], []
         for text in page.texts:
             escaped = text.text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-            content.append(f"BT /F1 {text.size} Tf {text.x} {text.y} Td ({escaped}) Tj ET")
+            mode = 3 if text.invisible else 0
+            content.append(f"BT /F1 {text.size} Tf {mode} Tr {text.x} {text.y} Td ({escaped}) Tj ET")
         for number, picture in enumerate(page.pictures, start=1):
             rgb = picture.image.convert("RGB")
             if picture.jpeg:
@@ -202,6 +204,26 @@ def test_raster_image_is_extracted_in_place_with_caption(tmp_path: Path) -> None
     assert image.caption == "Figure 1: Red and blue pixels"
     assert "Results of the experiment" in image.context and len(image.context) <= 300
     assert not image.is_page_image
+
+
+def test_an_ocr_layer_over_a_scan_becomes_its_text_layer_and_stays_page_text(tmp_path: Path) -> None:
+    scan = Picture(0, 0, *LETTER, checkerboard(120, 160))
+    photo = Picture(100, 100, 200, 100, checkerboard())
+    page = Page(
+        texts=[
+            Text(72, 700, "Invoice number 4471 paid", invisible=True),
+            Text(72, 680, "Total due 12,5 EUR", invisible=True),
+        ],
+        pictures=[scan],
+    )
+    plain = Page(texts=[Text(110, 150, "A caption drawn over a photo")], pictures=[photo])
+    document = load_pdf(save(tmp_path, write_pdf([page, plain])))
+
+    scanned, pictured = document.images
+    assert scanned.text_layer == "Invoice number 4471 paid\nTotal due 12,5 EUR"
+    assert pictured.text_layer == ""  # visible text is drawn over a picture, not read off it
+    page_text = [element.text for element in document.elements if element.kind == "text"]
+    assert any("Invoice number 4471 paid" in text for text in page_text)
 
 
 def test_a_figure_caption_wins_over_a_nearer_plain_line(tmp_path: Path) -> None:

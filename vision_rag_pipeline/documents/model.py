@@ -37,6 +37,7 @@ class ImageInfo(BaseModel):
     height: int | None = None
     location: Location = Field(default_factory=Location)
     is_page_image: bool = False  # a PDF page with no text layer, rendered so it can be OCR'd
+    text_layer: str = ""  # PDF: the invisible text over this image (a scan's OCR layer), read instead of OCR
 
 
 class DocumentImage(ImageInfo):

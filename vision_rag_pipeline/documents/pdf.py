@@ -6,6 +6,8 @@ pypdfium2 is used directly because it extracts text and images at ~190 pages/s, 
 Coordinates: every bbox is (x0, y0, x1, y1) in PDF points on the page as displayed (after /Rotate and
 the crop box), origin at the top-left corner, so it can crop a rendering of the page directly.
 Pages without a text layer are rendered whole (`is_page_image=True`) so the OCR stage can read them.
+An image under invisible text (a scan the producer OCR'd) carries that text as `text_layer`: the
+PDF's own reading of it, which the enrichment stage uses instead of reading the image again.
 pdfium is not thread-safe: load one PDF per thread/process at a time.
 """
 
@@ -61,6 +63,7 @@ class _Line:
     bbox: BBox
     font_size: float  # in points, as displayed
     bold: bool
+    invisible: bool = False  # drawn in render mode 3: a scan's OCR layer, placed over its image
 
     @property
     def height(self) -> float:
@@ -193,6 +196,9 @@ def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> list
     for block in image_blocks:
         block.image.caption = _caption(block.bbox, text_blocks, lines)
         block.image.context = _context(block.bbox, text_blocks)
+        block.image.text_layer = "\n".join(
+            line.text for line in lines if line.invisible and _starts_inside(line.bbox, block.bbox)
+        )
     return _reading_order(text_blocks + image_blocks, frame.width)
 
 
@@ -219,19 +225,32 @@ def _lines(textpage: pdfium.PdfTextPage, frame: _PageFrame) -> Iterator[_Line]:
                 font_box = frame.rect(*textpage.get_charbox(first, loose=True))
                 bbox = _union(_union_all(boxes), font_box) if font_box[3] > font_box[1] else _union_all(boxes)
                 bold = pdfium_c.FPDFText_GetFontWeight(textpage, first) >= 600
-                yield _Line(line_text, bbox, _font_size(textpage, first) or bbox[3] - bbox[1], bold)
+                text_object = textpage.get_textobj(first)
+                size = _font_size(textpage, first, text_object) or bbox[3] - bbox[1]
+                yield _Line(line_text, bbox, size, bold, _is_invisible(text_object))
         start = end + 2
 
 
-def _font_size(textpage: pdfium.PdfTextPage, char_index: int) -> float:
+def _font_size(textpage: pdfium.PdfTextPage, char_index: int, text_object: pdfium.PdfObject | None) -> float:
     """The size the reader sees: the Tf size times the text object's scale (Quartz writes `1 Tf` and
     scales with the text matrix, so FPDFText_GetFontSize alone says 1.0)."""
     size = pdfium_c.FPDFText_GetFontSize(textpage, char_index)
-    text_object = textpage.get_textobj(char_index)
     if text_object is None:
         return size
     _, _, c, d, _, _ = text_object.get_matrix().get()
     return size * (c * c + d * d) ** 0.5
+
+
+def _is_invisible(text_object: pdfium.PdfObject | None) -> bool:
+    return (
+        text_object is not None
+        and pdfium_c.FPDFTextObj_GetTextRenderMode(text_object.raw) == pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE
+    )
+
+
+def _starts_inside(line: BBox, image: BBox, slack: float = 2.0) -> bool:
+    """The line's top-left corner lies on the image: OCR layers place each line over its glyphs."""
+    return image[0] - slack <= line[0] <= image[2] + slack and image[1] - slack <= line[1] <= image[3] + slack
 
 
 def _paragraphs(lines: list[_Line]) -> list[_Block]:

@@ -61,7 +61,9 @@ def canonical_json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str) -> str:
+def cache_key(
+    image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str, text_layer: str = ""
+) -> str:
     """`features.cache.key_format` filled with the config's domain and version and the settings hash.
 
     The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
@@ -73,6 +75,9 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
     `engine` names who computes the enrichment: "offline" (OCR + rule fusion) or the vision
     endpoint. Without it an OCR-only result cached while no endpoint was configured would keep
     being served after one is, and the VLM would never run for those images.
+
+    `text_layer` is the PDF's own OCR layer over the image, read instead of Tesseract: the same scan
+    with another layer (or none) is another enrichment.
     """
     if isinstance(image_sha256_or_bytes, bytes):
         digest = hashlib.sha256(image_sha256_or_bytes).hexdigest()
@@ -90,6 +95,8 @@ def cache_key(image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str
         "fusion_revision": FUSION_REVISION,
         "engine": engine,
     }
+    if text_layer:
+        settings["text_layer"] = text_layer
     settings_hash = hashlib.sha256(f"{digest}\n{canonical_json(settings)}".encode()).hexdigest()
     key_format = enrichment.features.cache.key_format
     try:
