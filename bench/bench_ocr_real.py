@@ -37,13 +37,14 @@ _TOKEN = re.compile(r"\w+")
 
 
 def enriched_images(documents: list[Path]) -> dict[str, object]:
-    """Name -> picture of every distinct image the classifier sends to enrichment."""
+    """Name -> picture of every distinct image the classifier sends to enrichment and OCR reads (not
+    the scans whose PDF text layer stands in for OCR)."""
     classifier = RagConfig().media_enrichment.features.classifier
     pictures, seen = {}, set()
     for doc in documents:
         loaded = load_document(doc, source_path=str(doc))
         for image, verdict in zip(loaded.images, classify_images(loaded.images, classifier), strict=True):
-            if verdict.verdict == "VISION" and image.sha256 not in seen:
+            if verdict.verdict == "VISION" and not image.text_layer and image.sha256 not in seen:
                 seen.add(image.sha256)
                 pictures[f"{doc.name}/{image.name}"] = load_image(image.data, image.mime)
     return pictures

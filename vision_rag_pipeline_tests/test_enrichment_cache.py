@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-cf287dcf217e458d694cbfd444be2ac0a0c0d6ee52261649af4bb148c4c6c8f3"
+PINNED_KEY = "intranet-2024-07-22-08240aa8d82d0b6ff4b143324aed942979fbee26afb9a3bff39ce00f5fc5c7f9"
 
 
 def _config(**changes: Any) -> RagConfig:

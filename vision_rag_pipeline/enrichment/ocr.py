@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 12
+OCR_REVISION = 13
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -57,6 +57,8 @@ PASS_TIMEOUT_SECONDS = 60.0
 WORD_MIN_CONFIDENCE = 30.0  # below this Tesseract is mostly reading texture, not letters
 EXTRA_LINE_MIN_CONFIDENCE = 60.0  # a line a secondary pass adds must be this sure
 UNREAD_INK_RATIO = 0.04  # secondary sparse pass when more ink than this lies outside read words
+# a page the first read found no sure word on gets more reads only up to this size
+SPECULATIVE_READ_MAX_PIXELS = 1_000_000
 PROBE_MAX_SIDE = 1000
 REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
@@ -395,6 +397,17 @@ def _unread_ink(page: Image.Image, lines: list[_Line]) -> tuple[np.ndarray, np.n
             max(0, word.left - pad) : word.left + word.width + pad,
         ] = True
     return ink, ink & ~covered
+
+
+def _more_reads_may_pay(page: Image.Image, first: _Pass) -> bool:
+    """The sparse, other-layout and upside-down reads are worth their cost after a first read sure of
+    some word (even a page upside down gives a few: 3-45 on each of mmlongbench's scanned
+    datasheet pages), or on a small page, where they are cheap (an icon's "DATABASE"). On a bigger
+    page without one they read a photo's texture: on the real sets that cost seconds per image
+    (13 s for one 12-megapixel photo) and added only noise words ("bee", "foe", "poe"). A page
+    whose ink runs vertically is still read turned by 90 and 270 degrees: a table on its side gives
+    no sure word until turned."""
+    return _any_sure_word(first.lines) or page.width * page.height <= SPECULATIVE_READ_MAX_PIXELS
 
 
 def _any_sure_word(lines: list[_Line]) -> bool:
@@ -772,7 +785,8 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
     A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure, and the
     other layout mode when ink is still unread and some word was read surely (point labels beside
-    a chart's line; a photo's texture reads as ink too, but never as a sure word). When the best
+    a chart's line; a photo's texture reads as ink too, but never as a sure word); on a page over a
+    megapixel both, and the upside-down read, need a sure word in the first read (`_more_reads_may_pay`). When the best
     reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
     vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
     line) are then read on their own, and finally the numbers are re-read, enlarged.
@@ -787,7 +801,10 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     # a page with ruling lines is a table or a chart: read it row by row (psm 6), else by layout (psm 3)
     passes = [_Pass("rows" if removed else "layout", 0, _run_tesseract(page, 6 if removed else 3, langs))]
     first = passes[0]
-    if first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO:
+    more_may_pay = _more_reads_may_pay(page, first)
+    if more_may_pay and (
+        first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO
+    ):
         passes.append(_Pass("sparse", 0, _run_tesseract(page, 11, langs)))
         read = [line for reading in passes for line in reading.lines]
         # labels beside chart lines: try the other layout, unless no read is sure of a single word
@@ -800,7 +817,7 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     rotations: list[int] = []
     if best.mean_conf < HIGH_CONFIDENCE and _looks_vertical(page):
         rotations = [90, 270]
-    elif best.mean_conf < MEDIUM_CONFIDENCE or len(best.words) < 3:
+    elif more_may_pay and (best.mean_conf < MEDIUM_CONFIDENCE or len(best.words) < 3):
         rotations = [180]
     for rotation in rotations[: MAX_PASSES - len(passes)]:
         rotated = page.rotate(rotation, expand=True, fillcolor=255)
