@@ -141,3 +141,28 @@ def test_offline_enrichment_claims_no_vision_model(instance: dg.DagsterInstance)
     metadata = result.asset_materializations_for_node("image_enrichments")[0].metadata
     assert metadata["engine"].value == "offline" and "vision_tokens_estimate" not in metadata
     assert metadata["vision_tokens_if_enabled"].value > 0  # still there to plan for, named for what it is
+
+
+def test_a_scan_with_its_own_ocr_layer_is_indexed_from_that_layer(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    from PIL import Image, ImageDraw, ImageFont
+
+    from vision_rag_pipeline_tests.test_pdf_loader import LETTER, Page, Picture, Text, write_pdf
+
+    scan = Image.new("RGB", (850, 1100), "white")
+    ImageDraw.Draw(scan).text(
+        (80, 90), "Freight ledger, port of Kotka", fill="black", font=ImageFont.load_default(36)
+    )
+    layer = [Text(60, 720, "Freight ledger, port of Kotka: 4471 containers cleared", invisible=True)]
+    path = tmp_path / "ocred-scan.pdf"
+    path.write_bytes(write_pdf([Page(texts=layer, pictures=[Picture(0, 0, *LETTER, scan)])]))
+
+    _, result = _materialize(instance, path)
+    assert result.success
+    images = result.asset_materializations_for_node("extracted_images")[0].metadata
+    assert images["text_layer_images"].value == 1
+    (enrichment,) = result.output_for_node("image_enrichments").results.values()
+    assert enrichment.ocr.text == "Freight ledger, port of Kotka: 4471 containers cleared"
+    image_chunks = [c for c in result.output_for_node("document_chunks") if c.kind == "image"]
+    assert any("4471 containers cleared" in chunk.text for chunk in image_chunks)

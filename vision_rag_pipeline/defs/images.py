@@ -32,5 +32,6 @@ def extracted_images(
             "newly_stored": stored,
             "by_mime": dg.MetadataValue.json(mimes),
             "page_images": sum(i.is_page_image for i in images),
+            "text_layer_images": sum(bool(i.text_layer) for i in images),  # read from the PDF, not OCR'd
         },
     )
