@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES, main
+from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.documents.registry import document_id_for
 
 INGEST_KEYS = {
@@ -93,13 +94,29 @@ def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
     config = tmp_path / "rag.json"
     config.write_text(json.dumps({"splitter": {"chunk_size": 400, "chunk_overlap": 40}}))
     env = {**os.environ, "VISION_RAG_CONFIG": str(config)}
-    assert _ingest_in_a_new_process(doc, env)["unchanged"] == 0, "a changed setting runs the file again"
+    rechunked = _ingest_in_a_new_process(doc, env)
+    assert rechunked["unchanged"] == 0, "a changed setting runs the file again"
     assert _ingest_in_a_new_process(doc, env)["unchanged"] == 1, "...once"
+
+    # An upgrade whose loaders read files differently: no setting changed, the file runs again, once.
+    upgraded = _ingest_in_a_new_process(doc, env, loader_revision=LOADER_REVISION + 1)
+    assert upgraded["unchanged"] == 0 and upgraded["chunks"] == rechunked["chunks"]
+    assert _ingest_in_a_new_process(doc, env, loader_revision=LOADER_REVISION + 1)["unchanged"] == 1
     _remove(document_id_for(doc))  # the other tests search the samples alone
 
 
-def _ingest_in_a_new_process(doc: Path, env: dict[str, str]) -> dict:
-    command = [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(doc), "--json"]
+def _ingest_in_a_new_process(doc: Path, env: dict[str, str], loader_revision: int = LOADER_REVISION) -> dict:
+    """`vision-rag ingest --json` in a new process, whose loaders say they are at `loader_revision`."""
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from vision_rag_pipeline.defs import versions; "
+        f"versions.LOADER_REVISION = {loader_revision}; "
+        "from vision_rag_pipeline.cli import main; sys.exit(main())",
+        "ingest",
+        str(doc),
+        "--json",
+    ]
     return json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
 
 

@@ -322,6 +322,13 @@ def test_a_classifier_change_also_re_runs_verdicts_and_unversioned_history_count
     }
 
 
+def test_documents_loaded_by_an_older_loader_re_run_whole(instance):
+    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
+    materialize_all(instance, "a", {"raw_documents": "old-loader"})
+    materialize_all(instance, "b")
+    assert selections(version_tick(instance)) == {"a": set(current_versions())}
+
+
 def test_removed_partitions_are_left_alone(instance):
     instance.add_dynamic_partitions(documents_partitions.name, ["a"])
     materialize_all(instance, "a", {"image_enrichments": "old"})

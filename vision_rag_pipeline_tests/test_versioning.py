@@ -10,6 +10,7 @@ from vision_rag_pipeline.defs.versions import (
     classifier_version,
     embedding_version,
     enrichment_version,
+    loading_version,
 )
 from vision_rag_pipeline.embeddings import encoder
 
@@ -18,6 +19,7 @@ OFFLINE = "offline"
 
 def versions(config: RagConfig, engine: str = OFFLINE) -> dict[str, str]:
     return {
+        "loading": loading_version(),
         "classifier": classifier_version(config),
         "enrichment": enrichment_version(config, engine),
         "chunking": chunking_version(config),
@@ -65,6 +67,17 @@ def test_a_new_fusion_revision_moves_only_the_enrichment_version(monkeypatch: py
     monkeypatch.setattr(module, "FUSION_REVISION", module.FUSION_REVISION + 1)
     after = versions(RagConfig())
     assert {name for name in before if before[name] != after[name]} == {"enrichment"}
+
+
+def test_a_new_loader_revision_moves_only_the_loading_version(monkeypatch: pytest.MonkeyPatch):
+    """A loader change (a PDF's text layer read for its scans, pages rendered at another resolution)
+    must reach documents loaded before it, which no setting would re-run."""
+    from vision_rag_pipeline.defs import versions as module
+
+    before = versions(RagConfig())
+    monkeypatch.setattr(module, "LOADER_REVISION", module.LOADER_REVISION + 1)
+    after = versions(RagConfig())
+    assert {name for name in before if before[name] != after[name]} == {"loading"}
 
 
 def test_switching_from_offline_to_a_vision_endpoint_re_enriches():

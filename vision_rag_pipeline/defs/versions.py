@@ -1,16 +1,19 @@
 """Versions of the settings that shape each derived asset, so a config change re-runs only what it touched.
 
-Each version is a short hash of exactly the settings that change an asset's output: the Dagster
-`code_version` of the asset. When it differs from the one a partition was last materialized with,
-that partition is stale from this asset on, and nothing upstream of it needs to run again.
+Each version is a short hash of exactly the settings that change an asset's output, and of the
+revision of the code that computes it: the Dagster `code_version` of the asset. When it differs from
+the one a partition was last materialized with, that partition is stale from this asset on, and
+nothing upstream of it needs to run again.
 Settings that change only speed (OCR workers, batch sizes) or bookkeeping (cache expiry) are left out.
 
 `version_sensor` compares, per partition, the version recorded on the latest materialization (tag
 `dagster/code_version`) with the one computed from the config file on this tick (not the one the code
 location computed when it loaded: a changed file takes effect without a reload, and the sensor warns
 that the UI shows stale code versions until one); where they differ it requests a run of that asset and
-everything downstream of it: never raw_documents or extracted_images, which no setting changes. The
-enrichment and embedding caches make the re-run pay only for images and chunk texts that really changed.
+everything downstream of it. No setting changes how a file loads, so raw_documents' version is the
+loaders' revision alone (an upgrade that loads files differently re-runs every document), and
+extracted_images, which only stores what raw_documents loaded, has none of its own. The enrichment and
+embedding caches make a re-run pay only for images and chunk texts that really changed.
 
 A sensor rather than `AutomationCondition.code_version_changed()`: the condition compares with the
 previous evaluation tick only, so a change deployed while the daemon was off, or a partition that
@@ -29,6 +32,7 @@ from dagster import DagsterEventType
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
 from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
@@ -41,6 +45,11 @@ VERSION_LENGTH = 12
 def _short_hash(settings: dict) -> str:
     canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:VERSION_LENGTH]
+
+
+def loading_version() -> str:
+    """What a file loads as: only the loaders' code, no setting."""
+    return _short_hash({"revision": LOADER_REVISION})
 
 
 def classifier_version(config: RagConfig) -> str:
@@ -110,6 +119,7 @@ def code_versions() -> dict[str, str]:
         else OFFLINE_ENGINE
     )
     return {
+        "raw_documents": loading_version(),
         "image_verdicts": classifier_version(config),
         "image_enrichments": enrichment_version(config, engine),
         "document_chunks": chunking_version(config),
@@ -204,8 +214,9 @@ def stale_assets_by_partition(
     job_name="ingest_document",
     minimum_interval_seconds=sensor_interval_seconds(60),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When the enrichment, classifier, chunking or embedding settings change, re-runs the "
-    "changed asset and its downstream assets for every partition materialized with the old settings. "
+    description="When the enrichment, classifier, chunking or embedding settings (or the loaders' code) "
+    "change, re-runs the changed asset and its downstream assets for every partition materialized with "
+    "the old ones. "
     "Reads the config file on every tick: no reload is needed.",
 )
 def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:

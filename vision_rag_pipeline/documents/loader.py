@@ -11,6 +11,12 @@ from vision_rag_pipeline.documents.mhtml import load_mhtml
 from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
 from vision_rag_pipeline.documents.pdf import load_pdf
 
+# Bump when a change to a loader (here, pdf.py, mhtml.py) changes what a file loads as: its elements,
+# pages, boxes, images or their text layers. raw_documents' code version includes it, so documents
+# loaded by older code are loaded again (version sensor, next ingest); their unchanged images and
+# chunk texts are then served from the enrichment and embedding caches.
+LOADER_REVISION = 1
+
 
 def load_document(path: str | Path, source_path: str | None = None) -> LoadedDocument:
     """Load an MHTML or PDF file; `source_path` is the path as the user gave it."""
