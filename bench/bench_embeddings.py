@@ -7,7 +7,8 @@ VISION_RAG_HOME (table asset_values; by default the home `bench/bench_ingest.py`
 does, one call per document on one torch thread, with every variant in turn (interleaved, so
 load on the shared machine hits all alike). Variants, at each precision: sentence-transformers
 itself with its fixed batches of 64, and the pipeline's encoder (`encoder.encode`: similar-length
-batches, the model run by `embeddings/bert.py`); sentence-transformers with similar-length batches
+batches, the model run by `embeddings/bert.py`) with batches of at most 64 and of the configured
+default; sentence-transformers with similar-length batches
 in bfloat16 (the same work through the library) and with dynamic int8 quantization of the Linear
 layers, for comparison. Prints one JSON
 object: median ms per document, texts/s, padding share, and cosine to float32 vectors.
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vision_rag_pipeline.core.config import EMBEDDING_BATCH_SIZE
 from vision_rag_pipeline.embeddings.encoder import (
     encode,
     load_encoder,
@@ -49,7 +51,8 @@ def load_chunk_texts(home: Path, limit: int) -> list[list[str]]:
         ).fetchall()
     if not rows:
         raise SystemExit(f"{home}: no document_chunks values; run bench/bench_ingest.py first")
-    return [[chunk.text for chunk in pickle.loads(value)] for (value,) in rows]
+    documents = [[chunk.text for chunk in pickle.loads(value)] for (value,) in rows]
+    return [texts for texts in documents if texts]  # a document without text has nothing to embed
 
 
 def padding_share(lengths: list[list[int]], batches_of) -> float:
@@ -107,9 +110,15 @@ def main() -> None:
     bfloat16_model = copy.deepcopy(float_model).to(torch.bfloat16)
     variants = {
         "float32 fixed-64": fixed(float_model),
-        "float32 similar-length": lambda texts: encode(texts, MODEL, FIXED_BATCH, "float32"),
+        "float32 similar-length, batches of 64": lambda texts: encode(texts, MODEL, FIXED_BATCH, "float32"),
+        f"float32 similar-length, batches of {EMBEDDING_BATCH_SIZE} (pipeline)": lambda texts: encode(
+            texts, MODEL, EMBEDDING_BATCH_SIZE, "float32"
+        ),
         "bfloat16 fixed-64": fixed(bfloat16_model),
-        "bfloat16 similar-length": lambda texts: encode(texts, MODEL, FIXED_BATCH, "bfloat16"),
+        "bfloat16 similar-length, batches of 64": lambda texts: encode(texts, MODEL, FIXED_BATCH, "bfloat16"),
+        f"bfloat16 similar-length, batches of {EMBEDDING_BATCH_SIZE} (pipeline)": lambda texts: encode(
+            texts, MODEL, EMBEDDING_BATCH_SIZE, "bfloat16"
+        ),
         "bfloat16 similar-length, sentence-transformers": lambda texts: similar_length_encode(
             bfloat16_model, texts
         ),

@@ -119,7 +119,7 @@ def test_auto_precision_has_one_version_whatever_the_cpu(monkeypatch):
 def test_speed_and_bookkeeping_settings_re_run_nothing():
     after = with_settings(
         media_enrichment={"ocr": {"max_workers": 7}, "features": {"cache": {"expiry": "01:00:00:00"}}},
-        embedding={"batch_size": 8},
+        embedding={"batch_size": 64},
         retrieval={"k": 9},
     )
     assert changed(RagConfig(), after) == set()

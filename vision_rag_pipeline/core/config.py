@@ -156,9 +156,15 @@ class MediaEnrichmentConfig(_Strict):
     provider: ProviderLimits = Field(default_factory=ProviderLimits)
 
 
+# Texts per forward pass. Attention holds batch x heads x length^2 floats: 200 MB for 64 texts of
+# 256 tokens, far outside any cache; 25 MB for 8. On the reference corpus' chunks 8 encodes in 0.96x
+# the CPU time of 64 with half the peak memory (BENCHMARKS.md "Chunk embeddings").
+EMBEDDING_BATCH_SIZE = 8
+
+
 class EmbeddingConfig(_Strict):
     model: str = "all-MiniLM-L6-v2"
-    batch_size: int = Field(64, gt=0)
+    batch_size: int = Field(EMBEDDING_BATCH_SIZE, gt=0)
     # bfloat16 halves encoding time where the CPU has it natively (vectors agree with float32 to a
     # cosine of 0.9999); `auto` picks it there and float32 elsewhere, where bfloat16 is slower.
     precision: Literal["auto", "float32", "bfloat16"] = "auto"

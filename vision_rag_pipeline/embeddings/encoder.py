@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from vision_rag_pipeline.core.config import EMBEDDING_BATCH_SIZE
 from vision_rag_pipeline.embeddings.bert import BertSentenceEncoder, bert_layout
 
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -216,7 +217,9 @@ def similar_length_batches(lengths: list[int], batch_size: int) -> list[list[int
     return batches
 
 
-def encode(texts: list[str], model_name: str, batch_size: int = 64, precision: str = "auto") -> np.ndarray:
+def encode(
+    texts: list[str], model_name: str, batch_size: int = EMBEDDING_BATCH_SIZE, precision: str = "auto"
+) -> np.ndarray:
     """Unit-normalized float32 vectors, one row per text (cosine = dot product).
 
     Queries must be encoded at the precision the indexed chunks were (`model_variant` names it).
