@@ -93,6 +93,20 @@ def test_precision_names_are_checked_and_auto_picks_a_real_one():
         resolve_precision("float16")
 
 
+def test_a_model_loading_on_one_thread_is_waited_for_not_loaded_twice():
+    """The one-file ingest loads the model on a thread while its first run reads the file; the run's
+    own call must get that model, not build a second copy (memory, and seconds of torch import)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vision_rag_pipeline.embeddings import encoder
+
+    encoder._load.cache_clear()
+    with ThreadPoolExecutor(4) as threads:
+        loaded = list(threads.map(lambda _: load_encoder(MODEL, "float32"), range(4)))
+    assert all(model is loaded[0] for model in loaded)
+    assert encoder._load.cache_info().misses == 1
+
+
 def test_float32_keeps_the_bare_model_name_so_older_cache_rows_still_serve():
     assert model_variant(MODEL, "float32") == MODEL
     assert model_variant(MODEL, "bfloat16") != MODEL

@@ -253,6 +253,8 @@ def ingest_paths(
         # a new file runs for sure: its workers load their models while the others are checked
         early = force or any(doc_id not in known for doc_id in readable.values())
         pool = stack.enter_context(_started_pool(workers)) if early else None
+        if early and pool is None:  # the runs are in this process: the model loads beside the first one
+            threading.Thread(target=load_embedding_model, name="load-embedding-model", daemon=True).start()
         unchanged = set() if force else _unchanged(instance, readable, known)
         for path in (p for p in readable if p in unchanged):  # in the order given
             report.documents += 1
@@ -433,10 +435,16 @@ def _init_worker(threads: int, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["VISION_RAG_THREADS"] = str(threads)
     quiet_library_noise()
-    # best effort: a missing model or a bad config is reported by each document's run, naming the file
-    with suppress(Exception):
-        from vision_rag_pipeline.core.config import load_config
+    with suppress(Exception):  # reported by each document's run, as below
         from vision_rag_pipeline.defs.definitions import defs  # noqa: F401  (imported for its load time)
+    load_embedding_model()
+
+
+def load_embedding_model() -> None:
+    """Load the configured embedding model ahead of the first run that needs it: torch alone imports in
+    ~1.2 s, time a document's loading and OCR (Tesseract runs without the GIL) can hide. Best effort:
+    a missing model or a bad config is reported by each document's run, naming the file."""
+    with suppress(Exception):
         from vision_rag_pipeline.embeddings.encoder import load_encoder
 
         embedding = load_config().embedding

@@ -30,6 +30,7 @@ from vision_rag_pipeline.embeddings.bert import BertSentenceEncoder, bert_layout
 
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _encode_lock = threading.Lock()
+_load_lock = threading.Lock()  # a model loading on one thread is waited for, not loaded again
 PRECISIONS = ("float32", "bfloat16")
 # A batch holds texts of at least this fraction of its longest text's token count, so padding
 # is at most a fifth of the work.
@@ -196,7 +197,8 @@ def load_encoder(
     model_name: str, precision: str = "auto"
 ) -> BertSentenceEncoder | _SentenceTransformersModel:
     """The model at `precision`, loaded once per process and precision."""
-    return _load(model_name, resolve_precision(precision))
+    with _load_lock:
+        return _load(model_name, resolve_precision(precision))
 
 
 def embedding_dimension(model_name: str) -> int:
