@@ -14,8 +14,8 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NoReturn
 
@@ -53,31 +53,16 @@ def _print_hits(hits: list[dict]) -> None:
         print(f"     {snippet}")
 
 
-def _start_database() -> None:
-    """Best effort: a server that cannot start is reported by the first use of the database."""
-    from vision_rag_pipeline.core.postgres import database_url
-
-    with suppress(Exception):  # the caller's own call raises it, with its context
-        database_url()
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
-    # The index database starts (on a new home: initdb, ~0.8 s) while Dagster imports (~2 s); waited
-    # for before returning, so an early exit never leaves a half-made cluster behind.
-    database = threading.Thread(target=_start_database, name="start-index-database")
-    database.start()
-    try:
-        from vision_rag_pipeline.defs.runner import ingest_paths
+    from vision_rag_pipeline.defs.runner import ingest_paths
 
-        report = ingest_paths(
-            args.paths,
-            progress=lambda line: print(line, file=sys.stderr),
-            workers=args.workers,
-            verbose=args.verbose,
-            force=args.force,
-        )
-    finally:
-        database.join()
+    report = ingest_paths(
+        args.paths,
+        progress=lambda line: print(line, file=sys.stderr),
+        workers=args.workers,
+        verbose=args.verbose,
+        force=args.force,
+    )
     if args.json:
         _print_json(report.model_dump())
     else:
@@ -284,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", parents=[common], help="ingest the bundled sample documents and show example searches"
     )
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=cmd_demo, starts_database=True)
 
     ingest = sub.add_parser(
         "ingest", parents=[common], help="ingest MHTML/PDF files through the Dagster asset graph"
@@ -301,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run every file, even one whose bytes and settings are those of its last complete run",
     )
-    ingest.set_defaults(func=cmd_ingest)
+    ingest.set_defaults(func=cmd_ingest, starts_database=True)
 
     search = sub.add_parser("search", parents=[common], help="hybrid / vector / lexical search")
     search.add_argument("text", nargs="?", metavar="TEXT")
@@ -368,6 +353,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with _index_database_starting(getattr(args, "starts_database", False)):
+        return _run_command(args)
+
+
+@contextmanager
+def _index_database_starting(start: bool) -> Iterator[None]:
+    """Start the index database (on a new home: initdb, ~0.8 s) on a thread while Dagster imports
+    (~2 s); joined on the way out, so an early exit never leaves a half-made cluster behind."""
+    if not start:
+        yield
+        return
+
+    def start_database() -> None:
+        from vision_rag_pipeline.core.postgres import database_url
+
+        with suppress(Exception):  # best effort: the command's own first use reports the reason
+            database_url()
+
+    thread = threading.Thread(target=start_database, name="start-index-database")
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _run_command(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.defs.runner import exception_line, quiet_library_noise
 
     quiet_library_noise()
