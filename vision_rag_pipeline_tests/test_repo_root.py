@@ -188,6 +188,35 @@ def test_db_status_and_stop_manage_the_embedded_postgres(tmp_path: Path) -> None
         stop_embedded_postgres(env)
 
 
+def test_a_first_ingest_that_fails_at_once_leaves_a_working_home(tmp_path: Path) -> None:
+    """ingest starts the embedded Postgres on a thread while it imports, and waits for it whatever
+    happens next: a first command that fails before using it (a config file that does not parse)
+    leaves a home whose database is up and whose next ingest works."""
+    env = bare_env(tmp_path, VISION_RAG_HOME=str(tmp_path / "state"))
+
+    def vision_rag(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "vision-rag"), *args],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    broken = tmp_path / "rag.yaml"
+    broken.write_text("splitter: [unclosed\n")
+    try:
+        failed = vision_rag("ingest", str(tmp_path / "any.pdf"), VISION_RAG_CONFIG=str(broken))
+        assert failed.returncode == 2 and "rag.yaml" in failed.stderr, failed.stderr
+        assert vision_rag("db", "status").returncode == 0, "the new home's database is up"
+        sample = ROOT / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_report.mhtml"
+        ingested = vision_rag("ingest", str(sample), "--json")
+        assert ingested.returncode == 0, ingested.stderr
+        assert json.loads(ingested.stdout)["chunks"] > 0
+    finally:
+        stop_embedded_postgres(env)
+
+
 def test_db_commands_leave_an_external_postgres_alone(tmp_path: Path) -> None:
     env = bare_env(tmp_path, VISION_RAG_PG_URL="postgresql://user@db.example:5432/index")
     status = subprocess.run(
