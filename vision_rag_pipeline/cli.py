@@ -365,9 +365,11 @@ def _index_database_starting(start: bool) -> Iterator[None]:
         yield
         return
 
-    def start_database() -> None:
-        from vision_rag_pipeline.core.postgres import database_url
+    from vision_rag_pipeline.core.postgres import database_url, quiet_embedded_server_notice
 
+    quiet_embedded_server_notice()  # the thread would print it before the command's filters exist
+
+    def start_database() -> None:
         with suppress(Exception):  # best effort: the command's own first use reports the reason
             database_url()
 

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,12 @@ _idle: dict[str, list[tuple[float, psycopg.Connection]]] = {}
 MAX_IDLE = 4  # per database URL and process
 IDLE_SECONDS = 30.0
 DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across processes
+
+
+def quiet_embedded_server_notice() -> None:
+    """The embedded server's library warns that XDG_RUNTIME_DIR is unset (it then uses /tmp): nothing
+    a user can act on, and it would be the first line a command prints."""
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def database_url() -> str:

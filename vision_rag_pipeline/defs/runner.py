@@ -32,6 +32,7 @@ from dagster._utils.error import SerializableErrorInfo  # the type of a step fai
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import dagster_home, ingest_workers, load_config
+from vision_rag_pipeline.core.postgres import quiet_embedded_server_notice
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
@@ -404,7 +405,7 @@ def quiet_library_noise() -> None:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+    quiet_embedded_server_notice()
 
 
 @contextmanager
