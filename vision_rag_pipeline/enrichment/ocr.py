@@ -786,9 +786,9 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     A sparse-text pass (psm 11) runs when ink is left unread or the reading is not sure, and the
     other layout mode when ink is still unread and some word was read surely (point labels beside
     a chart's line; a photo's texture reads as ink too, but never as a sure word); on a page over a
-    megapixel both, and the upside-down read, need a sure word in the first read (`_more_reads_may_pay`). When the best
-    reading is still unsure, the page is read turned by 90 and 270 degrees (text runs
-    vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
+    megapixel both, and the upside-down read, need a sure word in the first read
+    (`_more_reads_may_pay`). When the best reading is still unsure, the page is read turned by 90
+    and 270 degrees (text runs vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
     line) are then read on their own, and finally the numbers are re-read, enlarged.
     """
     langs = usable_languages(languages or ["eng"])
