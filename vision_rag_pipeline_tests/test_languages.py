@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
 from vision_rag_pipeline.cli import main
-from vision_rag_pipeline.core.text import cjk_bigrams, text_language
+from vision_rag_pipeline.core.text import cjk_bigrams, fold_homoglyphs, text_language
 from vision_rag_pipeline.embeddings.encoder import (
     EmbeddingModelError,
     encode,
@@ -27,6 +27,7 @@ from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.indexes.tantivy_index import build_query, russian_tokens
 from vision_rag_pipeline.query.ask import question_terms, sentences
 from vision_rag_pipeline.query.localize import find_excerpt
+from vision_rag_pipeline.query.search import match_scores
 from vision_rag_pipeline_tests.conftest import bench_module
 
 evalset_languages = bench_module("evalset_languages")
@@ -132,6 +133,63 @@ def test_chinese_question_words_are_not_searched() -> None:
     query = str(build_query("营业收入是多少？", None, None))
     assert '"多少"' not in query and '"营业"' in query  # bigram terms; "是多" spans the cut: gone too
     assert '"是多"' not in query
+
+
+# --- look-alike letters inside codes ----------------------------------------------------------------
+
+# Latin capitals with a Cyrillic or Greek look-alike, and those look-alikes
+LATIN_WITH_LOOKALIKES = "ABEKMHOPCTXY"
+LOOKALIKES = {"A": "АΑ", "B": "ВΒ", "E": "ЕΕ", "K": "КΚ", "M": "МΜ", "H": "НΗ", "O": "ОΟ", "P": "РΡ",
+              "C": "С", "T": "ТΤ", "X": "ХΧ", "Y": "УΥ"}  # fmt: skip
+RUSSIAN_LETTERS = "абвгдеёжзийклмнопрстуфхцчшщъыьэюяАБВГДЕЁЖЗИЙКЛМНОПРСТУФХЦЧШЩЪЫЬЭЮЯ"
+
+
+@st.composite
+def codes(draw: st.DrawFn) -> tuple[str, str]:
+    """(a Latin code such as "HK-558", the same code with some letters typed as look-alikes)."""
+    letters = draw(st.text(alphabet=LATIN_WITH_LOOKALIKES, min_size=1, max_size=4))
+    if draw(st.booleans()):
+        letters = letters.lower()
+    digits = draw(st.text(alphabet="0123456789", min_size=1, max_size=5))
+    joiner = draw(st.sampled_from(["", "-", "/", "."]))
+    latin = letters + joiner + digits if draw(st.booleans()) else digits + joiner + letters
+    typed = "".join(
+        draw(st.sampled_from([c, *(LOOKALIKES[c.upper()].lower() if c.islower() else LOOKALIKES[c])]))
+        if c.upper() in LOOKALIKES
+        else c
+        for c in latin
+    )
+    return latin, typed
+
+
+@given(codes(), st.text(alphabet=RUSSIAN_LETTERS, min_size=1, max_size=12))
+def test_a_code_folds_to_latin_whichever_look_alikes_it_was_written_with(code: tuple, word: str) -> None:
+    latin, typed = code
+    assert fold_homoglyphs(f"{word} {typed}, {word}.") == f"{word} {latin}, {word}."
+
+
+@given(st.text(alphabet=RUSSIAN_LETTERS + " .,;:!?()«»—\n", max_size=80))
+def test_russian_words_are_never_folded(text: str) -> None:
+    assert fold_homoglyphs(text) == text
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_ascii_text_is_left_as_it_is(text: str) -> None:
+    assert fold_homoglyphs(text) == text
+
+
+@given(st.text(alphabet=RUSSIAN_LETTERS + "ΑΒΕΗΚΜΝΟΡΤΥΧαβεηκμνορτυχΣσ" + "AbcHxyz0123456789 -/._,"))
+def test_folding_is_idempotent_keeps_length_and_commutes_with_lower_case(text: str) -> None:
+    folded = fold_homoglyphs(text)
+    assert fold_homoglyphs(folded) == folded
+    assert len(folded) == len(text)  # offsets into the text stay valid
+    assert fold_homoglyphs(text.lower()) == folded.lower()  # the analyzers lower-case after folding
+
+
+def test_the_re_ranker_matches_a_latin_code_against_its_cyrillic_reading() -> None:
+    texts = {"pump": "Насос \u041d-558 поставлен.", "valve": "Клапан \u0415-558 заменён."}
+    scores = match_scores("Где находится H-558?", texts, {})
+    assert scores["pump"] > scores["valve"]
 
 
 # --- offline answers and citations ------------------------------------------------------------------

@@ -21,6 +21,7 @@ import elasticsearch
 from elasticsearch import Elasticsearch, helpers
 
 from vision_rag_pipeline.core.config import ElasticsearchSettings
+from vision_rag_pipeline.core.text import fold_homoglyphs
 from vision_rag_pipeline.indexes.lexical import (
     LexicalDoc,
     LexicalHit,
@@ -75,7 +76,9 @@ def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any
 
 
 def _source(doc: LexicalDoc) -> dict[str, Any]:
-    return doc.model_dump(mode="json", exclude_none=True)
+    """The stored document; its text with homoglyphs folded inside codes, as queries are (the
+    analyzers cannot fold only inside codes, so the text reaches them folded)."""
+    return doc.model_dump(mode="json", exclude_none=True) | {"text": fold_homoglyphs(doc.text)}
 
 
 class ElasticsearchLexicalIndex:
@@ -198,7 +201,7 @@ class ElasticsearchLexicalIndex:
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
             # multi_match analyses the text per field and never parses query syntax.
-            must = {"multi_match": {"query": query, "fields": self._search_fields(client)}}
+            must = {"multi_match": {"query": fold_homoglyphs(query), "fields": self._search_fields(client)}}
             response = client.search(
                 index=self.alias,
                 query={"bool": {"must": must, "filter": filters}},

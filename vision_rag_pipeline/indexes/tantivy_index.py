@@ -32,6 +32,7 @@ from vision_rag_pipeline.core.text import (
     RUSSIAN_QUESTION_WORDS,
     RUSSIAN_STOP_WORDS,
     cjk_bigrams,
+    fold_homoglyphs,
     without_chinese_stop_words,
 )
 from vision_rag_pipeline.indexes.lexical import (
@@ -99,14 +100,15 @@ def _pre_tokenized(tokens: list[str]) -> PreTokenizedString:
 
 
 def _to_tantivy(doc: LexicalDoc) -> Document:
-    tv_doc = Document(chunk_id=doc.chunk_id, document_id=doc.document_id, kind=doc.kind, text=doc.text)
+    text = fold_homoglyphs(doc.text)  # as queries are: "Н-558" (Cyrillic Н) is the code H-558
+    tv_doc = Document(chunk_id=doc.chunk_id, document_id=doc.document_id, kind=doc.kind, text=text)
     if doc.page is not None:
         tv_doc.add_unsigned("page", doc.page)
     if doc.image is not None:
         tv_doc.add_text("image", doc.image)
-    if cjk := cjk_bigrams(doc.text, with_unigrams=True):
+    if cjk := cjk_bigrams(text, with_unigrams=True):
         tv_doc.add_pre_tokenized_text("text_cjk", _pre_tokenized(cjk))
-    if russian := russian_tokens(doc.text):
+    if russian := russian_tokens(text):
         tv_doc.add_pre_tokenized_text("text_ru", _pre_tokenized(russian))
     return tv_doc
 
@@ -118,6 +120,7 @@ def _unique(items: Iterable[str]) -> list[str]:
 def build_query(query: str, document_ids: list[str] | None, kinds: list[str] | None) -> Query | None:
     """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed,
     built from terms so no input is syntax."""
+    query = fold_homoglyphs(query)
     analysed = (
         ("text", _QUERY_ANALYZER.analyze(query)),
         ("text_cjk", cjk_bigrams(without_chinese_stop_words(query))),

@@ -30,6 +30,7 @@ from vision_rag_pipeline.core.text import (
     CJK_RUN,
     NOT_QUERY_TERMS,
     cjk_bigrams,
+    fold_homoglyphs,
     without_chinese_stop_words,
 )
 from vision_rag_pipeline.documents.model import BBox
@@ -122,7 +123,7 @@ def question_terms(text: str) -> set[str]:
     """Content words of a question, lower-cased, reduced to a 5-letter stem so "approved" ~ "approve"
     (and "выручки" ~ "выручка"); Chinese and Japanese text, written without spaces, as character bigrams."""
     terms = set(cjk_bigrams(without_chinese_stop_words(text)))
-    for token in _TERM.findall(CJK_RUN.sub(" ", text.lower())):
+    for token in _TERM.findall(CJK_RUN.sub(" ", fold_homoglyphs(text).lower())):
         token = token.strip(".,'")
         if token and token not in NOT_QUERY_TERMS:
             terms.add(token[:5] if token.isalpha() else token)

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
-from vision_rag_pipeline.core.text import ENGLISH_MONTH_ABBREVIATIONS, NOT_QUERY_TERMS
+from vision_rag_pipeline.core.text import ENGLISH_MONTH_ABBREVIATIONS, NOT_QUERY_TERMS, fold_homoglyphs
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
 from vision_rag_pipeline.images.fingerprint import HASH_BITS
@@ -236,9 +236,11 @@ TITLE_WEIGHT = 2.0
 
 
 def _terms(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
-    """Words and numbers, lowercased, possessives cut, words in `drop` left out:
-    "Apple's 2021 EPS $5.61" -> apple 2021 eps 5.61."""
-    words = (term.lower().removesuffix("'s").removesuffix("’s") for term in _TERM.findall(text))
+    """Words and numbers, lowercased, possessives cut, words in `drop` left out, codes with their
+    look-alike letters in Latin: "Apple's 2021 EPS $5.61" -> apple 2021 eps 5.61."""
+    words = (
+        term.lower().removesuffix("'s").removesuffix("’s") for term in _TERM.findall(fold_homoglyphs(text))
+    )
     return [ENGLISH_MONTH_ABBREVIATIONS.get(word, word) for word in words if word not in drop]
 
 
