@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-08240aa8d82d0b6ff4b143324aed942979fbee26afb9a3bff39ce00f5fc5c7f9"
+PINNED_KEY = "intranet-2024-07-22-63baaaac8fb7015473ab1de3fe0236e51e6ce69838ef776bcd1e1ede44b15738"
 
 
 def _config(**changes: Any) -> RagConfig:
@@ -80,6 +80,21 @@ def test_a_new_ocr_revision_gives_new_keys_so_old_readings_are_not_served(
     before = cache_key(IMAGE, RagConfig(), "offline")
     monkeypatch.setattr(cache, revision, getattr(cache, revision) + 1)
     assert cache_key(IMAGE, RagConfig(), "offline") != before
+
+
+def test_hosts_with_other_ocr_languages_installed_do_not_share_auto_readings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`auto` reads with what this host has: a host without Chinese would read a Chinese chart as
+    English, so its readings must not be served to (or from) a host with it."""
+    from vision_rag_pipeline.enrichment import languages
+
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus", "chi_sim"})
+    auto, listed = RagConfig(), _config(**{"media_enrichment.ocr.languages": ["eng", "rus"]})
+    with_chinese = cache_key(IMAGE, auto, "offline"), cache_key(IMAGE, listed, "offline")
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus"})
+    assert cache_key(IMAGE, auto, "offline") != with_chinese[0]
+    assert cache_key(IMAGE, listed, "offline") == with_chinese[1]  # a list is the same input everywhere
 
 
 def test_cache_key_accepts_the_sha256_instead_of_the_bytes() -> None:

@@ -11,8 +11,8 @@ from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
+from vision_rag_pipeline.enrichment.languages import language_set
 from vision_rag_pipeline.enrichment.model import ImageVerdict
-from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -84,8 +84,6 @@ def image_enrichments(
     )
     for error in batch.errors:
         context.log.warning(error)
-    for language in missing_languages(config.media_enrichment.ocr.languages):
-        context.log.warning(missing_language_warning(language))
     read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
     if batch.fallbacks:
         context.log.warning(f"offline fallbacks: {batch.fallbacks}")
@@ -105,6 +103,8 @@ def image_enrichments(
             "engine": batch.engine,
             tokens_label: batch.vision_tokens,
             "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
+            # what OCR could read with on this host (`auto`: its installed languages): a per-host input
+            "ocr_language_set": ", ".join(language_set(config.media_enrichment.ocr.languages)),
             "fallbacks": sum(batch.fallbacks.values()),
             "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
             "provider_seconds": batch.provider_seconds,

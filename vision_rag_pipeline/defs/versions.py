@@ -38,7 +38,8 @@ from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
 from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
-from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
+from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_set
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.indexes.lexical import LEXICAL_ANALYSIS_REVISION
 
@@ -76,7 +77,8 @@ def enrichment_version(config: RagConfig, engine: str) -> str:
     return _short_hash(
         {
             "mllm": enrichment.features.mllm.model_dump(mode="json"),
-            "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
+            # order matters to Tesseract; with `auto`, this host's languages: a per-host input
+            "ocr_languages": language_set(enrichment.ocr.languages),
             "ocr_revision": OCR_REVISION,
             "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
             "fusion": enrichment.fusion.model_dump(mode="json"),

@@ -18,8 +18,9 @@ from psycopg.types.json import Jsonb
 from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
+from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_set
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 
 OFFLINE_ENGINE = "offline"
 
@@ -67,7 +68,8 @@ def cache_key(
     """`features.cache.key_format` filled with the config's domain and version and the settings hash.
 
     The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
-    `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages and
+    `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages (with
+    `auto`, the ones this host reads with: `language_set`) and
     the fusion settings and the OCR and fusion code's revisions — everything that changes the output, so any
     change yields a new key.
     OCR `max_workers` is left out: it changes speed, not results.
@@ -88,7 +90,8 @@ def cache_key(
     enrichment = config.media_enrichment
     settings = {
         "features": enrichment.features.model_dump(mode="json"),
-        "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers"}),
+        "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers", "languages"}),
+        "ocr_languages": language_set(enrichment.ocr.languages),
         "ocr_revision": OCR_REVISION,
         "language_revision": LANGUAGE_REVISION,
         "fusion": enrichment.fusion.model_dump(mode="json"),
