@@ -122,19 +122,21 @@ def main() -> None:
             checked_languages[:] = [True]
 
     ocr.read_tsv, ocr_languages.read_tsv, ocr_languages._read_lines = timed, timed, checked
-    readings, read_with, started = {}, Counter(), time.process_time()
+    readings, read_with, checked, started = {}, Counter(), 0, time.process_time()
     for name, (picture, hint) in pictures.items():
         page.clear()
         checked_languages.clear()
         result = ocr_languages.read_image(picture, allowed, hint)
         readings[name] = result.text
         read_with["+".join(result.languages)] += 1
+        checked += bool(checked_languages)
     cpu = time.process_time() - started
     report = {
         "set": args.set,
         "images": len(pictures),
         "ocr_cpu_s": round(cpu, 1),
         "languages": allowed,
+        "images_checked_for_other_scripts": checked,
         "images_read_with": dict(read_with.most_common()),
         "tesseract_s_by_read": {kind: round(seconds, 1) for kind, seconds in by_kind.most_common()},
         "words": sum(len(words(text)) for text in readings.values()),
