@@ -23,12 +23,18 @@ from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
 from dagster_k8s import K8sRunLauncher
 
-from vision_rag_pipeline.core.config import EXECUTOR_ENV, MULTI_NODE_ENV
+from vision_rag_pipeline.core.config import (
+    CELERY_BROKER_ENV,
+    CELERY_VISIBILITY_ENV,
+    EXECUTOR_ENV,
+    MULTI_NODE_ENV,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "vision_rag_pipeline.definitions"
 SHARED_WITH_DOCKER = (
     "storage",
+    "compute_logs",
     "run_coordinator",
     "concurrency",
     "run_retries",
@@ -138,10 +144,10 @@ print(json.dumps({"executor": job.executor_def.name}))
 """
 
 
-def _probe(env_value: str) -> subprocess.CompletedProcess:
+def _probe(env_value: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", _EXECUTOR_PROBE, str(ROOT / "deploy/k8s/run_config.yaml")],
-        env={**os.environ, EXECUTOR_ENV: env_value, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, EXECUTOR_ENV: env_value, "PYTHONPATH": str(ROOT), **extra},
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,5 +158,34 @@ def test_k8s_job_executor_is_chosen_by_the_environment_and_accepts_the_run_confi
     probe = _probe("k8s_job")
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert json.loads(probe.stdout.splitlines()[-1]) == {"executor": "k8s"}
-    wrong = _probe("celery")
-    assert wrong.returncode != 0 and f"{EXECUTOR_ENV}='celery'" in wrong.stderr
+    wrong = _probe("dask")
+    assert wrong.returncode != 0 and f"{EXECUTOR_ENV}='dask'" in wrong.stderr
+
+
+_CELERY_PROBE = """
+import json
+from vision_rag_pipeline.defs.definitions import defs
+executor = defs.resolve_job_def("ingest_document").executor_def
+print(json.dumps({"executor": executor.name, "config": executor.apply_config_mapping({}).value["config"]}))
+"""
+
+
+def test_celery_executor_takes_broker_backend_and_delivery_from_the_environment() -> None:
+    env = {**os.environ, EXECUTOR_ENV: "celery", "PYTHONPATH": str(ROOT)}
+    env.pop(CELERY_BROKER_ENV, None)
+    refused = subprocess.run(
+        [sys.executable, "-c", _CELERY_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert refused.returncode != 0 and f"needs {CELERY_BROKER_ENV}" in refused.stderr
+    env |= {CELERY_BROKER_ENV: "redis://broker.example:6379/0", CELERY_VISIBILITY_ENV: "900"}
+    chosen = subprocess.run(
+        [sys.executable, "-c", _CELERY_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    probe = json.loads(chosen.stdout.splitlines()[-1])
+    assert probe["executor"] == "celery"
+    config = probe["config"]
+    assert config["broker"] == config["backend"] == "redis://broker.example:6379/0"
+    delivery = config["config_source"]
+    assert delivery["task_acks_late"] and delivery["task_reject_on_worker_lost"]
+    assert delivery["broker_transport_options"]["visibility_timeout"] == 900
