@@ -105,6 +105,21 @@ def test_the_helm_values_render_the_k8s_instance(values: dict[str, Any], instanc
         "granularity": pools["granularity"],
     }
     assert values["telemetry"] == instance["telemetry"]
+    custom = values["computeLogManager"]["config"]["customComputeLogManager"]
+    assert values["computeLogManager"]["type"] == "CustomComputeLogManager"
+    assert (custom["module"], custom["class"]) == (
+        instance["compute_logs"]["module"],
+        instance["compute_logs"]["class"],
+    )
+    chart_db = values["postgresql"]
+    assert custom["config"]["postgres_db"] | {"password": None} == {
+        "scheme": instance["storage"]["postgres"]["postgres_db"]["scheme"],
+        "hostname": chart_db["postgresqlHost"],
+        "port": chart_db["service"]["port"],
+        "username": chart_db["postgresqlUsername"],
+        "password": None,
+        "db_name": chart_db["postgresqlDatabase"],
+    }
     assert values["postgresql"]["enabled"] is False  # the index needs pgvector: bring a Postgres that has it
 
 
