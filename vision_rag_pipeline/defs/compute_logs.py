@@ -124,24 +124,24 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
                 ("/".join(log_key), io_type.value, partial, data.read()),
             )
 
+    def _stored(
+        self, column: str, log_key: Sequence[str], io_type: ComputeIOType, partial: bool
+    ) -> tuple | None:
+        with self._connect() as conn:
+            return conn.execute(
+                f"SELECT {column} FROM {TABLE} WHERE log_key = %s AND io_type = %s AND partial = %s",
+                ("/".join(log_key), io_type.value, partial),
+            ).fetchone()
+
     def cloud_storage_has_logs(
         self, log_key: Sequence[str], io_type: ComputeIOType, partial: bool = False
     ) -> bool:
-        with self._connect() as conn:
-            row = conn.execute(
-                f"SELECT 1 FROM {TABLE} WHERE log_key = %s AND io_type = %s AND partial = %s",
-                ("/".join(log_key), io_type.value, partial),
-            ).fetchone()
-        return row is not None
+        return self._stored("1", log_key, io_type, partial) is not None
 
     def download_from_cloud_storage(
         self, log_key: Sequence[str], io_type: ComputeIOType, partial: bool = False
     ) -> None:
-        with self._connect() as conn:
-            row = conn.execute(
-                f"SELECT data FROM {TABLE} WHERE log_key = %s AND io_type = %s AND partial = %s",
-                ("/".join(log_key), io_type.value, partial),
-            ).fetchone()
+        row = self._stored("data", log_key, io_type, partial)
         if row is None:
             return
         path = self._local_manager.get_captured_local_path(
