@@ -67,9 +67,13 @@ def code_location_workspace(instance: dg.DagsterInstance) -> Iterator[WorkspaceR
 
 
 def create_ingest_run(
-    instance: dg.DagsterInstance, workspace: WorkspaceRequestContext, document_id: str
+    instance: dg.DagsterInstance,
+    workspace: WorkspaceRequestContext,
+    document_id: str,
+    run_config: dict | None = None,
 ) -> dg.DagsterRun:
     """A NOT_STARTED run of `ingest_document` for one partition, with the origins a launcher needs."""
+    run_config = run_config or {}
     location = workspace.get_code_location(CODE_LOCATION)
     repository = location.get_repository(SINGLETON_REPOSITORY_NAME)
     remote_job = location.get_job(
@@ -78,12 +82,12 @@ def create_ingest_run(
         )
     )
     plan = location.get_execution_plan(
-        remote_job, {}, step_keys_to_execute=None, known_state=None, instance=instance
+        remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
     ).execution_plan_snapshot
     return instance.create_run(
         job_name=JOB,
         run_id=None,
-        run_config={},
+        run_config=run_config,
         resolved_op_selection=None,
         step_keys_to_execute=plan.step_keys_to_execute,
         op_selection=None,
