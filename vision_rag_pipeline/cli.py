@@ -164,8 +164,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     instance = dagster_instance()
     try:
         if args.submit:
-            backfill_id = submit_reenrich_backfill(defs, instance, args.partitions)
-            print(f"submitted backfill {backfill_id}; the Dagster daemon runs it (UI: Overview > Backfills)")
+            backfill_id = submit_reenrich_backfill(instance, args.partitions)
+            print(
+                f"submitted backfill {backfill_id}; the Dagster daemon runs it "
+                "(UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
+            )
             return 0
         report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)
     except UnknownPartitionError as exc:
