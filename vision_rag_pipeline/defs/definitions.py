@@ -20,13 +20,23 @@ from vision_rag_pipeline.defs.indexes import (
 )
 from vision_rag_pipeline.defs.io_manager import PostgresAssetIOManager
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
-from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
+from vision_rag_pipeline.defs.resources import (
+    EmbeddingModel,
+    IndexDatabase,
+    LexicalIndexResource,
+    RagConfigResource,
+)
 from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
 
-def _executor() -> dg.ExecutorDefinition | None:
+def _executor() -> dg.ExecutorDefinition:
     """A Kubernetes pod per step (dagster-k8s `k8s_job_executor`) when VISION_RAG_EXECUTOR=k8s_job;
-    otherwise Dagster's default, steps in processes of the run's own process or pod."""
+    otherwise every step of a run in the run's own process (`in_process_executor`), runs side by side.
+
+    A document's steps form a chain, so steps in processes of their own bought no parallelism and
+    cost an import of Dagster, the project and torch each: a one-page PDF's run took 8x the CLI's
+    ingest, and 2.8x with steps forked from a preloaded forkserver (BENCHMARKS.md "Daemon runs").
+    """
     choice = executor_choice()
     if choice == "k8s_job":
         from dagster_k8s import k8s_job_executor
@@ -34,7 +44,7 @@ def _executor() -> dg.ExecutorDefinition | None:
         return k8s_job_executor
     if choice:
         raise ValueError(f"{EXECUTOR_ENV}={choice!r}: expected k8s_job, or unset for the default executor")
-    return None
+    return dg.in_process_executor
 
 
 _CODE_VERSIONS = code_versions()
@@ -66,5 +76,6 @@ defs = dg.Definitions(
         "index_db": _INDEX_DB,
         "lexical": LexicalIndexResource(),
         "rag_config": RagConfigResource(),
+        "embedding_model": EmbeddingModel(),
     },
 )
