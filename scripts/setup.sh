@@ -128,7 +128,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python packages into .venv (first time: a few minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip
   install_torch
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # setuptools tells every editable install of this (flat) layout that a folder named like the
+  # package may shadow it: a BuildBackendWarning "Editable installation." about any checkout, nothing
+  # to act on. Only that message is silenced.
+  PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Editable installation" \
+    .venv/bin/python -m pip install -q -e ".[dev]"
   echo "$want" > "$stamp"
   .venv/bin/python - >&2 <<'PY'
 import importlib.metadata as metadata

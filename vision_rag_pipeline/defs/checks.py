@@ -8,6 +8,8 @@ last, so they report (row counts) instead. The index-wide orphan check lives wit
 (`defs/indexes.py`).
 """
 
+import warnings
+
 import dagster as dg
 import numpy as np
 
@@ -16,32 +18,38 @@ from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.embeddings.model import embedding_problems
 
-ANNOTATIONS_WHOLE = dg.AssetCheckSpec(
-    "annotations_whole",
-    asset="document_chunks",
-    blocking=True,
-    partitions_def=documents_partitions,
-    description="Every `![` in a chunk starts a whole image annotation: the splitter never cut one.",
-)
-EVERY_CHUNK_EMBEDDED = dg.AssetCheckSpec(
-    "every_chunk_embedded",
-    asset="chunk_embeddings",
-    blocking=True,
-    partitions_def=documents_partitions,
-    description="One finite unit vector per chunk, in chunk order.",
-)
-PGVECTOR_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
-    "pgvector_rows_match_chunks",
-    asset="pgvector_index",
-    partitions_def=documents_partitions,
-    description="The partition has exactly one pgvector row per chunk.",
-)
-LEXICAL_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
-    "lexical_rows_match_chunks",
-    asset="lexical_index",
-    partitions_def=documents_partitions,
-    description="The partition has exactly one lexical-index entry per chunk.",
-)
+# Per-partition check specs are a Dagster "preview" feature, used on purpose: each document gets its own
+# check status. Its PreviewWarning (one per spec, at import) is silenced here alone, by its message.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+    )
+    ANNOTATIONS_WHOLE = dg.AssetCheckSpec(
+        "annotations_whole",
+        asset="document_chunks",
+        blocking=True,
+        partitions_def=documents_partitions,
+        description="Every `![` in a chunk starts a whole image annotation: the splitter never cut one.",
+    )
+    EVERY_CHUNK_EMBEDDED = dg.AssetCheckSpec(
+        "every_chunk_embedded",
+        asset="chunk_embeddings",
+        blocking=True,
+        partitions_def=documents_partitions,
+        description="One finite unit vector per chunk, in chunk order.",
+    )
+    PGVECTOR_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
+        "pgvector_rows_match_chunks",
+        asset="pgvector_index",
+        partitions_def=documents_partitions,
+        description="The partition has exactly one pgvector row per chunk.",
+    )
+    LEXICAL_ROWS_MATCH_CHUNKS = dg.AssetCheckSpec(
+        "lexical_rows_match_chunks",
+        asset="lexical_index",
+        partitions_def=documents_partitions,
+        description="The partition has exactly one lexical-index entry per chunk.",
+    )
 
 
 def annotations_whole(chunks: list[Chunk]) -> dg.AssetCheckResult:

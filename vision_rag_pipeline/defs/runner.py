@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -412,12 +411,11 @@ def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[s
 
 
 def quiet_library_noise() -> None:
-    """Keep the terminal for our own lines: Dagster beta/preview notices, the missing
-    XDG_RUNTIME_DIR notice and the model-loading progress bar say nothing a user can act on."""
+    """Keep the terminal for our own lines: the missing XDG_RUNTIME_DIR notice and the model-loading
+    progress bar say nothing a user can act on. (Dagster's preview and beta notices about our
+    definitions are silenced where they arise, by message: defs/checks.py, defs/definitions.py.)"""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     quiet_embedded_server_notice()
 
 
