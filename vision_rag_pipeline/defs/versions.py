@@ -239,4 +239,10 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                 },
             )
         )
+    if not run_requests:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"the versions recorded for all {len(partitions)} partitions match the config in effect"
+            )
+        )
     return dg.SensorResult(run_requests=run_requests)
