@@ -19,6 +19,14 @@ import websocket
 CHROMIUM = "/usr/bin/chromium"
 SAMPLES = Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples"
 PDF = SAMPLES / "larkspur_q3_2024_operations_review.pdf"
+# No GPU, no sandbox (root), no calls out of this machine (they are refused here, many at a time).
+HEADLESS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-dev-shm-usage",
+]
 
 pytestmark = [
     pytest.mark.browser,
@@ -78,11 +86,7 @@ def render(url: str, tmp_path: Path, name: str) -> str:
     """The page's DOM after its scripts ran; a screenshot is kept next to it for a human to look at."""
     profile = tmp_path / f"profile-{name}"
     flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
+        *HEADLESS,
         f"--user-data-dir={profile}",
         "--virtual-time-budget=20000",
         "--window-size=1600,1000",
@@ -127,11 +131,7 @@ class Browser:
         self.process = subprocess.Popen(
             [
                 CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-dev-shm-usage",
+                *HEADLESS,
                 f"--user-data-dir={profile}",
                 "--remote-debugging-port=0",  # the port chosen goes to DevToolsActivePort
                 "--window-size=1600,1100",
