@@ -36,8 +36,9 @@ def _executor() -> dg.ExecutorDefinition:
     otherwise every step of a run in the run's own process (`in_process_executor`), runs side by side.
 
     A document's steps form a chain, so steps in processes of their own bought no parallelism and
-    cost an import of Dagster, the project and torch each: a one-page PDF's run took 8x the CLI's
-    ingest, and 2.8x with steps forked from a preloaded forkserver (BENCHMARKS.md "Daemon runs").
+    cost an import of Dagster, the project and torch each: a one-page PDF's daemon-launched run took
+    6.1x the CLI's ingest, 3.2x with steps forked from a preloaded forkserver, 1.1x in one process
+    (BENCHMARKS.md "Daemon runs").
     """
     choice = executor_choice()
     if choice == "k8s_job":
