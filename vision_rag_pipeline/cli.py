@@ -184,8 +184,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     instance = dagster_instance()
     try:
         if args.submit:
-            backfill_id = submit_reenrich_backfill(defs, instance, args.partitions)
-            print(f"submitted backfill {backfill_id}; the Dagster daemon runs it (UI: Overview > Backfills)")
+            backfill_id = submit_reenrich_backfill(instance, args.partitions)
+            print(
+                f"submitted backfill {backfill_id}; the Dagster daemon runs it "
+                "(UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
+            )
             return 0
         report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)
     except UnknownPartitionError as exc:
@@ -261,7 +264,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.core.config import home
+    from vision_rag_pipeline.core.config import home, inbox_dir
     from vision_rag_pipeline.query import search
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
@@ -274,8 +277,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
         _print_hits([h.model_dump() for h in search(text=query, k=3)])
+    inbox = inbox_dir()
+    inbox.mkdir(parents=True, exist_ok=True)  # the inbox sensor skips ticks while it is missing
     print(
-        "\nNext: `vision-rag search 'your question'`, or the UI: `dagster dev -m vision_rag_pipeline.definitions`"
+        "\nNext: `vision-rag search 'your question'`, or the UI: `dagster dev -m vision_rag_pipeline.definitions`,"
+        f"\nwhose inbox sensor ingests the MHTML and PDF files you drop into {inbox}"
     )
     return status
 

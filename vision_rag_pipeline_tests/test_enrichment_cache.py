@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-08240aa8d82d0b6ff4b143324aed942979fbee26afb9a3bff39ce00f5fc5c7f9"
+PINNED_KEY = "intranet-2024-07-22-c4e8cb4e684f86bc6d04e1ee93f1451d2fb36a579f57b74182904988e68b9e23"
 
 
 def _config(**changes: Any) -> RagConfig:
@@ -92,25 +92,47 @@ def test_cache_key_accepts_the_sha256_instead_of_the_bytes() -> None:
         cache_key("not-a-digest", RagConfig(), "offline")
 
 
+ENDPOINT = "openai:http://localhost:11434/v1"
+VISION_MODEL_CHANGES = [
+    {"media_enrichment.features.mllm.prompt": "Another prompt"},
+    {"media_enrichment.features.mllm.model": "llava:13b"},
+    {"media_enrichment.features.mllm.detail_mode": "low"},
+    {"media_enrichment.features.mllm.llm_kwargs": {"temperature": 0.5, "max_tokens": 800}},
+    {"media_enrichment.features.mllm.enabled": False},
+    {"media_enrichment.fusion.use_llm": False},
+    {"media_enrichment.fusion.model": "llava:13b"},
+]
+OUTPUT_CHANGES = [
+    {"media_enrichment.ocr.languages": ["eng", "chi_sim"]},
+    {"media_enrichment.fusion.max_keywords": 5},
+    {"domain": "intranet"},
+    {"config_version": "2024-07-22"},
+]
+
+
+@pytest.mark.parametrize("change", VISION_MODEL_CHANGES + OUTPUT_CHANGES)
+def test_with_a_vision_model_any_setting_that_changes_the_output_changes_the_key(
+    change: dict[str, Any],
+) -> None:
+    assert cache_key(IMAGE, _config(**change), ENDPOINT) != cache_key(IMAGE, RagConfig(), ENDPOINT)
+
+
+@pytest.mark.parametrize("change", OUTPUT_CHANGES)
+def test_offline_the_ocr_fusion_and_config_settings_change_the_key(change: dict[str, Any]) -> None:
+    assert cache_key(IMAGE, _config(**change), "offline") != cache_key(IMAGE, RagConfig(), "offline")
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        {"media_enrichment.features.mllm.prompt": "Another prompt"},
-        {"media_enrichment.features.mllm.model": "llava:13b"},
-        {"media_enrichment.features.mllm.detail_mode": "low"},
-        {"media_enrichment.features.mllm.llm_kwargs": {"temperature": 0.5, "max_tokens": 800}},
-        {"media_enrichment.features.mllm.enabled": False},
+        *VISION_MODEL_CHANGES,
         {"media_enrichment.features.classifier.threshold": 0.5},
         {"media_enrichment.features.cache.expiry": None},
-        {"media_enrichment.ocr.languages": ["eng", "chi_sim"]},
-        {"media_enrichment.fusion.use_llm": False},
-        {"media_enrichment.fusion.max_keywords": 5},
-        {"domain": "intranet"},
-        {"config_version": "2024-07-22"},
     ],
 )
-def test_any_setting_that_changes_the_output_changes_the_key(change: dict[str, Any]) -> None:
-    assert cache_key(IMAGE, _config(**change), "offline") != cache_key(IMAGE, RagConfig(), "offline")
+def test_offline_no_vision_model_classifier_or_cache_setting_changes_the_key(change: dict[str, Any]) -> None:
+    """Without a vision model these shape no enrichment: a prompt edit must re-read no image."""
+    assert cache_key(IMAGE, _config(**change), "offline") == cache_key(IMAGE, RagConfig(), "offline")
 
 
 def test_key_ignores_ocr_worker_count_but_not_the_engine_or_image() -> None:

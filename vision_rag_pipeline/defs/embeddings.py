@@ -10,9 +10,9 @@ from vision_rag_pipeline.defs.host_inputs import (
     require_launching_host_inputs,
 )
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
+from vision_rag_pipeline.defs.resources import EmbeddingModel, IndexDatabase, RagConfigResource
 from vision_rag_pipeline.embeddings.cache import encode_cached
-from vision_rag_pipeline.embeddings.encoder import encode, model_variant
+from vision_rag_pipeline.embeddings.encoder import model_variant
 from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
 
 
@@ -30,6 +30,7 @@ def chunk_embeddings(
     document_chunks: list[Chunk],
     rag_config: RagConfigResource,
     index_db: IndexDatabase,
+    embedding_model: EmbeddingModel,
 ) -> dg.MaterializeResult:
     config = rag_config.load()
     require_launching_host_inputs(context, config, EMBEDDING_MODEL)
@@ -37,7 +38,7 @@ def chunk_embeddings(
     vectors, computed = encode_cached(
         [c.text for c in document_chunks],
         embedding.model,
-        lambda texts: encode(texts, embedding.model, embedding.batch_size, embedding.precision),
+        lambda texts: embedding_model.encode(texts, embedding),
         index_db.database_url(),
         embedding.precision,
     )

@@ -6,12 +6,14 @@ from pathlib import Path
 import dagster as dg
 
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.previews import first_words, image_grid
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.fusion import parse_meta_content
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
@@ -38,13 +40,22 @@ def image_verdicts(
     rag_config: RagConfigResource,
 ) -> dg.Output[list[ImageVerdict]]:
     classifier = rag_config.load().media_enrichment.features.classifier
-    verdicts = classify_images(_with_bytes(extracted_images, index_db), classifier)
+    images = _with_bytes(extracted_images, index_db)
+    verdicts = classify_images(images, classifier)
+    by_image = {v.image_sha256: v for v in verdicts}
     counts = Counter(v.verdict for v in verdicts)
     tags = Counter(tag for v in verdicts for tag in v.tags)
     context.log.info(f"verdicts: {dict(counts)}")
     return dg.Output(
         verdicts,
         metadata={
+            "thumbnails": image_grid(
+                images,
+                {
+                    "verdict": lambda image: by_image[image.sha256].verdict,
+                    "why": lambda image: "; ".join(by_image[image.sha256].reasons[:2]),
+                },
+            ),
             "vision": counts.get("VISION", 0),
             "ignore": counts.get("IGNORE", 0),
             "threshold": classifier.threshold,
@@ -74,8 +85,9 @@ def image_enrichments(
     wanted = {v.image_sha256 for v in image_verdicts if v.verdict == "VISION"}
     vision_images = [image for image in extracted_images if image.sha256 in wanted]
     cache = index_db.enrichment_cache() if config.media_enrichment.features.cache.enabled else None
+    images = _with_bytes(vision_images, index_db)
     batch = enrich_document_images(
-        _with_bytes(vision_images, index_db),
+        images,
         image_verdicts,
         config,
         cache,
@@ -98,6 +110,14 @@ def image_enrichments(
     return dg.Output(
         batch,
         metadata={
+            "thumbnails": image_grid(
+                images,
+                {
+                    "verdict": lambda _: "VISION",
+                    "OCR": lambda image: _ocr_confidence(batch.results[image.sha256]),
+                    "chunk": lambda image: first_words(_chunk_content(batch.results[image.sha256])),
+                },
+            ),
             "enriched": len(batch.results),
             "enrichment_calls": batch.calls,
             "cache_hits": batch.cache_hits,
@@ -111,3 +131,16 @@ def image_enrichments(
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )
+
+
+def _ocr_confidence(result: EnrichmentResult) -> str:
+    """The Meta-Content's OCR level with Tesseract's mean word confidence: "High (91)"."""
+    return f"{result.ocr.level} ({result.ocr.confidence:.0f})" if result.ocr.text else "no text"
+
+
+def _chunk_content(result: EnrichmentResult) -> str:
+    """What the image chunk says (its <content>), without the <meta> header."""
+    try:
+        return str(parse_meta_content(result.meta_content)["content"])
+    except ValueError:
+        return result.description

@@ -34,10 +34,9 @@ from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_inter
 from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
-from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
+from vision_rag_pipeline.enrichment.batch import enrichment_engine
+from vision_rag_pipeline.enrichment.cache import enrichment_settings
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
-from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
-from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
 VERSION_LENGTH = 12
@@ -64,25 +63,12 @@ def classifier_version(config: RagConfig) -> str:
 
 
 def enrichment_version(config: RagConfig, engine: str) -> str:
-    """What an image's Meta-Content depends on: the vision model call, OCR, fusion and who computes it,
-    plus `config_version`, the user's explicit "re-enrich everything" switch (it is also in the cache key).
-
-    `engine` is "offline" or the vision endpoint (see `enrichment.cache.cache_key`): switching from
-    OCR-only to a real vision model must re-enrich even when no setting changed.
+    """What an image's Meta-Content depends on when `engine` computes it (`enrichment_settings`: no
+    vision-model setting offline), plus `config_version`, the user's explicit "re-enrich everything"
+    switch (it is also in the cache key). Switching from OCR-only to a real vision model re-enriches
+    even when no setting changed.
     """
-    enrichment = config.media_enrichment
-    return _short_hash(
-        {
-            "mllm": enrichment.features.mllm.model_dump(mode="json"),
-            "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
-            "ocr_revision": OCR_REVISION,
-            "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
-            "fusion": enrichment.fusion.model_dump(mode="json"),
-            "fusion_revision": FUSION_REVISION,
-            "engine": engine,
-            "config_version": config.config_version,
-        }
-    )
+    return _short_hash({**enrichment_settings(config, engine), "config_version": config.config_version})
 
 
 def chunking_version(config: RagConfig) -> str:
@@ -118,12 +104,7 @@ def embedding_version(config: RagConfig) -> str:
 def code_versions() -> dict[str, str]:
     """Each derived asset's version: a hash of the settings that shape it, from the config in effect now."""
     config = load_config()
-    vision = vision_client_from_env()
-    engine = (
-        vision.engine
-        if vision is not None and config.media_enrichment.features.mllm.enabled
-        else OFFLINE_ENGINE
-    )
+    engine = enrichment_engine(config, vision_client_from_env())
     return {
         "raw_documents": loading_version(),
         "image_verdicts": classifier_version(config),
@@ -262,6 +243,12 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                         for key, recorded in changed.items()
                     )
                 },
+            )
+        )
+    if not run_requests:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"the versions recorded for all {len(partitions)} partitions match the config in effect"
             )
         )
     return dg.SensorResult(run_requests=run_requests)
