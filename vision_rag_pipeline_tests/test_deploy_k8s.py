@@ -308,10 +308,8 @@ def test_the_k8s_run_launcher_launches_a_job_whose_command_runs_the_run(
         )
         launcher.register_instance(instance)
         with code_location_workspace(instance) as workspace:
-            # Steps in the run's process: this tests the pod's wiring, not an executor.
-            run = create_ingest_run(
-                instance, workspace, document_id, {"execution": {"config": {"in_process": {}}}}
-            )
+            # Steps in the run's process (the default executor): this tests the pod's wiring.
+            run = create_ingest_run(instance, workspace, document_id, {})
             launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=workspace))
 
         [(method, _, call)] = [c for c in batch_api.method_calls if c[0] == "create_namespaced_job"]
