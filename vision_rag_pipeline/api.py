@@ -44,6 +44,7 @@ from vision_rag_pipeline.core.config import (
     home,
     inbox_dir,
     load_config,
+    require_shared_stores,
 )
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -220,6 +221,7 @@ def _save_upload(upload: UploadFile, inbox: Path) -> Path:
 
 
 def create_app(ingest_on_upload: bool = True) -> FastAPI:
+    require_shared_stores()  # a multi-node API without them would answer from this host's own index
     app = FastAPI(
         title="vision-rag",
         summary="Multimodal RAG over MHTML and PDF: upload, search, cited answers, media enrichment.",

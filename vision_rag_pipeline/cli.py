@@ -53,7 +53,27 @@ def _print_hits(hits: list[dict]) -> None:
         print(f"     {snippet}")
 
 
+def cmd_ingest_submit(args: argparse.Namespace) -> int:
+    """Register the files and queue one run per changed file; print the run ids."""
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.defs.submit import submit_paths
+
+    report = submit_paths(dagster_instance(), args.paths, force=args.force)
+    if args.json:
+        _print_json(report.model_dump())
+    else:
+        for run in report.submitted:
+            print(f"{run.run_id} {run.path} ({run.document_id})")
+        for path in report.unchanged:
+            print(f"unchanged {path}", file=sys.stderr)
+    for failed in report.failed:
+        print(f"FAILED {failed.error}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.submit:
+        return cmd_ingest_submit(args)
     from vision_rag_pipeline.defs.runner import ingest_paths
 
     report = ingest_paths(
@@ -167,8 +187,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     instance = dagster_instance()
     try:
         if args.submit:
-            backfill_id = submit_reenrich_backfill(defs, instance, args.partitions)
-            print(f"submitted backfill {backfill_id}; the Dagster daemon runs it (UI: Overview > Backfills)")
+            backfill_id = submit_reenrich_backfill(instance, args.partitions)
+            print(
+                f"submitted backfill {backfill_id}; the Dagster daemon runs it "
+                "(UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
+            )
             return 0
         report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)
     except UnknownPartitionError as exc:
@@ -244,19 +267,24 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.core.config import home
+    from vision_rag_pipeline.core.config import home, inbox_dir
     from vision_rag_pipeline.query import search
 
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     print(f"Ingesting {len(samples)} bundled sample documents into {home()} ...")
     status = cmd_ingest(
-        argparse.Namespace(paths=samples, json=False, workers=None, verbose=args.verbose, force=False)
+        argparse.Namespace(
+            paths=samples, json=False, workers=None, verbose=args.verbose, force=False, submit=False
+        )
     )
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
         _print_hits([h.model_dump() for h in search(text=query, k=3)])
+    inbox = inbox_dir()
+    inbox.mkdir(parents=True, exist_ok=True)  # the inbox sensor skips ticks while it is missing
     print(
-        "\nNext: `vision-rag search 'your question'`, or the UI: `dagster dev -m vision_rag_pipeline.definitions`"
+        "\nNext: `vision-rag search 'your question'`, or the UI: `dagster dev -m vision_rag_pipeline.definitions`,"
+        f"\nwhose inbox sensor ingests the MHTML and PDF files you drop into {inbox}"
     )
     return status
 
@@ -288,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="run every file, even one whose bytes and settings are those of its last complete run",
+    )
+    ingest.add_argument(
+        "--submit",
+        action="store_true",
+        help="queue one run per changed file for the instance's run coordinator (the daemon, a cluster) "
+        "instead of running them here; prints the run ids",
     )
     ingest.set_defaults(func=cmd_ingest, starts_database=True)
 
@@ -356,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from vision_rag_pipeline.core.config import SplitBrainError, require_shared_stores
+
+    try:  # before anything starts a database or opens an index on this host
+        require_shared_stores()
+    except SplitBrainError as exc:
+        print(f"vision-rag: {exc}", file=sys.stderr)
+        return 2
     with _index_database_starting(getattr(args, "starts_database", False)):
         return _run_command(args)
 

@@ -156,10 +156,14 @@ def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url)
     )
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.check_name == PGVECTOR_ROWS_MATCH_CHUNKS.name and evaluation.passed
-    assert evaluation.metadata["index_rows"].value == 3 == PgVectorStore(DIM).count("doc-a")
+    assert PgVectorStore(DIM).count("doc-a") == 3
+    assert (
+        evaluation.metadata["rows_missing"].value == 0
+    )  # the one number plotted: same scale for every document
+    assert evaluation.metadata["rows"].value == "3 index rows for 3 chunks"
 
     failed = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, index_rows=2, chunks=3)
-    assert not failed.passed and failed.metadata["index_rows"].value == 2
+    assert not failed.passed and failed.metadata["rows_missing"].value == 1
     PgVectorStore(DIM).delete_document("doc-a")
 
 

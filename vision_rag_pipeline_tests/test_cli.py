@@ -72,6 +72,33 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     assert again["enrichment_calls"] == 0, "unchanged images are served from the enrichment cache"
 
 
+def test_a_submitted_backfill_is_a_backfill_of_the_reenrich_job(
+    pg_url: str, samples: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Listed on the job's page (Jobs → reenrich → Partitions), where an asset backfill never was,
+    with one queued run of the job per partition for the daemon."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    assert _run(capsys, "ingest", samples[0])[0] == 0
+    partition = document_id_for(samples[0])
+    code, out = _run(capsys, "backfill", "--submit", "--partitions", partition)
+    assert code == 0 and "Jobs → reenrich → Partitions" in out, out
+
+    instance = dagster_instance()
+    backfill_id = out.split()[2].rstrip(";")
+    backfill = instance.get_backfill(backfill_id)
+    assert backfill.partition_set_origin.partition_set_name == "reenrich_partition_set"
+    assert backfill.partition_names == [partition]
+    queued = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    assert [(run.job_name, run.status, run.tags["dagster/partition"]) for run in queued] == [
+        ("reenrich", dg.DagsterRunStatus.QUEUED, partition)
+    ]
+    for run in queued:  # no daemon here: nothing would ever dequeue it
+        instance.delete_run(run.run_id)
+
+
 def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
     pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -74,7 +74,7 @@ def cache(pg_url: str) -> EnrichmentCache:
     return EnrichmentCache(pg_url)
 
 
-def test_cold_then_warm_cache_then_new_prompt(
+def test_cold_then_warm_cache_then_a_prompt_edit_then_a_keyword_change(
     text_images: list[DocumentImage], cache: EnrichmentCache
 ) -> None:
     images = [*text_images, tracking_pixel()]
@@ -103,7 +103,12 @@ def test_cold_then_warm_cache_then_new_prompt(
         s: r.meta_content for s, r in cold.results.items()
     }
 
+    # No vision model: the prompt shapes nothing, so editing it reads no image again.
     config.media_enrichment.features.mllm.prompt = "List every number in the image."
+    edited = enrich_document_images(images, verdicts, config, cache, "report.mhtml")
+    assert (edited.calls, edited.cache_hits) == (0, 3)
+
+    config.media_enrichment.fusion.max_keywords = 5  # shapes the Meta-Content offline too
     changed = enrich_document_images(images, verdicts, config, cache, "report.mhtml")
     assert (changed.calls, changed.cache_hits) == (3, 0)
 

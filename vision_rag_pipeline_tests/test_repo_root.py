@@ -224,3 +224,24 @@ def test_db_commands_leave_an_external_postgres_alone(tmp_path: Path) -> None:
     )
     assert status.returncode == 0 and "does not manage" in status.stdout
     assert not (tmp_path / ".vision_rag" / "pgdata").exists()
+
+
+def test_loading_the_code_location_shows_no_warning_about_our_definitions() -> None:
+    """What `dagster dev`, the daemon and every run print on loading the code: Dagster's preview and
+    beta notices about our own definitions are silenced where they arise, by message, and nothing
+    else of ours warns (every warning shown, not only the first of each place)."""
+    code = (
+        "from vision_rag_pipeline.definitions import defs\n"
+        "defs.get_repository_def()\n"
+        "defs.resolve_job_def('ingest_document')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code], cwd="/", capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ours = [
+        line
+        for line in done.stderr.splitlines()
+        if "vision_rag_pipeline" in line or "BetaWarning" in line or "PreviewWarning" in line
+    ]
+    assert ours == []

@@ -297,7 +297,9 @@ def test_nothing_is_requested_while_versions_match(instance):
     instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
     materialize_all(instance, "a")
     materialize_all(instance, "b")
-    assert not version_tick(instance).run_requests
+    result = version_tick(instance)
+    assert not result.run_requests
+    assert "match the config" in result.skip_reason.skip_message  # the UI says why the tick is empty
 
 
 def test_a_stale_enrichment_re_runs_enrichment_and_downstream_only(instance):
@@ -340,7 +342,35 @@ def test_a_config_file_change_is_seen_without_reloading_the_definitions(instance
     instance.add_dynamic_partitions(documents_partitions.name, ["a"])
     materialize_all(instance, "a")  # with the versions the definitions were loaded with
     config = tmp_path / "rag.yaml"
-    config.write_text("media_enrichment: {features: {mllm: {prompt: 'Describe the chart.'}}}\n")
+    config.write_text("media_enrichment: {fusion: {max_keywords: 5}}\n")
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+
+    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
+
+
+PROMPT_EDIT = "media_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n"
+
+
+def test_a_prompt_edit_without_a_vision_model_re_runs_nothing(instance, tmp_path, monkeypatch):
+    """Offline the prompt reaches no output: re-running would re-read every image for the same text."""
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a")
+    config = tmp_path / "rag.yaml"
+    config.write_text(PROMPT_EDIT)
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+
+    assert not version_tick(instance).run_requests
+
+
+def test_a_prompt_edit_with_a_vision_model_re_enriches(instance, tmp_path, monkeypatch):
+    from vision_rag_pipeline.defs.versions import code_versions
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # configured, never called here
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a", code_versions())  # as runs with that model recorded them
+    assert not version_tick(instance).run_requests
+    config = tmp_path / "rag.yaml"
+    config.write_text(PROMPT_EDIT)
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
 
     assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}

@@ -15,6 +15,16 @@ from vision_rag_pipeline.defs.versions import (
 from vision_rag_pipeline.embeddings import encoder
 
 OFFLINE = "offline"
+ENDPOINT = "openai:http://localhost:11434/v1"
+VISION_MODEL_SETTINGS = (
+    {"features": {"mllm": {"prompt": "List every figure in the image."}}},
+    {"features": {"mllm": {"model": "gpt-4o-mini"}}},
+    {"features": {"mllm": {"detail_mode": "high"}}},
+    {"features": {"mllm": {"llm_kwargs": {"temperature": 0.2}}}},
+    {"features": {"mllm": {"enabled": False}}},
+    {"fusion": {"use_llm": False}},
+    {"fusion": {"model": "gpt-4o-mini"}},
+)
 
 
 def versions(config: RagConfig, engine: str = OFFLINE) -> dict[str, str]:
@@ -27,8 +37,8 @@ def versions(config: RagConfig, engine: str = OFFLINE) -> dict[str, str]:
     }
 
 
-def changed(before: RagConfig, after: RagConfig) -> set[str]:
-    old, new = versions(before), versions(after)
+def changed(before: RagConfig, after: RagConfig, engine: str = OFFLINE) -> set[str]:
+    old, new = versions(before, engine), versions(after, engine)
     return {name for name in old if old[name] != new[name]}
 
 
@@ -41,27 +51,34 @@ def test_versions_are_stable_for_equal_configs():
 
 
 @given(st.text(min_size=1, max_size=200))
-def test_a_prompt_change_moves_only_the_enrichment_version(prompt):
+def test_a_prompt_change_moves_only_the_enrichment_version_with_a_vision_model(prompt):
     after = with_settings(media_enrichment={"features": {"mllm": {"prompt": prompt}}})
     expected = set() if prompt == RagConfig().media_enrichment.features.mllm.prompt else {"enrichment"}
-    assert changed(RagConfig(), after) == expected
+    assert changed(RagConfig(), after, ENDPOINT) == expected
 
 
-def test_vision_model_detail_kwargs_ocr_and_fusion_settings_move_the_enrichment_version():
-    for settings in (
-        {"features": {"mllm": {"model": "gpt-4o-mini"}}},
-        {"features": {"mllm": {"detail_mode": "high"}}},
-        {"features": {"mllm": {"llm_kwargs": {"temperature": 0.2}}}},
-        {"ocr": {"languages": ["eng", "chi_sim"]}},
-        {"fusion": {"max_keywords": 5}},
-    ):
-        assert changed(RagConfig(), with_settings(media_enrichment=settings)) == {"enrichment"}, settings
+@pytest.mark.parametrize("settings", VISION_MODEL_SETTINGS)
+def test_without_a_vision_model_its_settings_move_no_version(settings):
+    """Offline, the prompt, model, detail and LLM-fusion settings reach no output: editing them must
+    not re-read every image."""
+    assert changed(RagConfig(), with_settings(media_enrichment=settings)) == set()
+
+
+@pytest.mark.parametrize("settings", VISION_MODEL_SETTINGS)
+def test_with_a_vision_model_its_settings_move_the_enrichment_version(settings):
+    assert changed(RagConfig(), with_settings(media_enrichment=settings), ENDPOINT) == {"enrichment"}
+
+
+@pytest.mark.parametrize("engine", [OFFLINE, ENDPOINT])
+def test_ocr_languages_and_keyword_count_move_the_enrichment_version_for_any_engine(engine):
+    for settings in ({"ocr": {"languages": ["eng", "chi_sim"]}}, {"fusion": {"max_keywords": 5}}):
+        assert changed(RagConfig(), with_settings(media_enrichment=settings), engine) == {"enrichment"}
 
 
 def test_a_new_fusion_revision_moves_only_the_enrichment_version(monkeypatch: pytest.MonkeyPatch):
     """Fusion's rules and its prompt live in code: bumping their revision must re-enrich (the version
     sensor's trigger), and nothing else."""
-    from vision_rag_pipeline.defs import versions as module
+    from vision_rag_pipeline.enrichment import cache as module
 
     before = versions(RagConfig())
     monkeypatch.setattr(module, "FUSION_REVISION", module.FUSION_REVISION + 1)
@@ -82,9 +99,7 @@ def test_a_new_loader_revision_moves_only_the_loading_version(monkeypatch: pytes
 
 def test_switching_from_offline_to_a_vision_endpoint_re_enriches():
     config = RagConfig()
-    assert enrichment_version(config, OFFLINE) != enrichment_version(
-        config, "openai:http://localhost:11434/v1"
-    )
+    assert enrichment_version(config, OFFLINE) != enrichment_version(config, ENDPOINT)
 
 
 def test_the_ocr_languages_a_host_has_are_in_the_enrichment_version_under_auto(monkeypatch):

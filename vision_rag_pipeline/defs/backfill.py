@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
 
-from vision_rag_pipeline.defs.jobs import REENRICH_SELECTION
+from vision_rag_pipeline.defs.host_inputs import host_input_tags
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
 from vision_rag_pipeline.defs.runner import console_config, failure_reason, instance_lock
@@ -61,28 +66,35 @@ def run_reenrich_backfill(
     return report
 
 
-def submit_reenrich_backfill(
-    defs: dg.Definitions, instance: dg.DagsterInstance, partitions: list[str] | None = None
-) -> str:
-    """Queue the same work as a Dagster asset backfill for the daemon (shown under Backfills in the UI,
-    bounded by the `vision_model` pool); returns the backfill id."""
-    # No public Python API submits an asset backfill (only GraphQL and the CLI, which store this object).
-    from dagster._core.execution.backfill import PartitionBackfill
-    from dagster._core.utils import make_new_backfill_id
-    from dagster._time import get_current_timestamp
+def submit_reenrich_backfill(instance: dg.DagsterInstance, partitions: list[str] | None = None) -> str:
+    """Queue the same work as a backfill of the `reenrich` job for the daemon, one queued run per
+    partition (bounded by the `vision_model` pool); returns the backfill id.
 
-    backfill = PartitionBackfill.from_asset_partitions(
-        backfill_id=make_new_backfill_id(),
-        asset_graph=defs.resolve_asset_graph(),
-        partition_names=_partitions(instance, partitions),
-        asset_selection=sorted(REENRICH_SELECTION.resolve(defs.resolve_asset_graph())),
-        backfill_timestamp=get_current_timestamp(),
-        tags={"vision_rag/backfill": "cli"},
-        dynamic_partitions_store=instance,
-        all_partitions=False,
-        title="vision-rag re-enrichment",
-        description="Re-enrich images and rebuild chunks, embeddings and index rows.",
-        run_config=None,
+    Through Dagster's own `dagster job backfill`: a job backfill is listed on the job's page (Jobs →
+    reenrich → Partitions, "Backfill history") as well as under Runs → Backfills; an asset backfill,
+    which Python could only create through private classes, appeared under Runs → Backfills alone.
+    """
+    names = _partitions(instance, partitions)
+    if not names:
+        raise UnknownPartitionError("no document partitions to backfill yet")
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            *("job", "backfill", "-m", "vision_rag_pipeline.definitions", "-j", "reenrich"),
+            *(
+                "--partitions",
+                ",".join(names),
+                "--tags",
+                json.dumps({"vision_rag/backfill": "cli", **host_input_tags()}),
+            ),
+            "--noprompt",
+        ],
+        env=os.environ | {"DAGSTER_HOME": instance.root_directory},
+        capture_output=True,
+        text=True,
     )
-    instance.add_backfill(backfill)
-    return backfill.backfill_id
+    launched = re.search(r"Launched backfill job `([^`]+)`", done.stdout)
+    if done.returncode or not launched:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"dagster job backfill failed: {lines[-1] if lines else done.returncode}")
+    return launched.group(1)

@@ -1,5 +1,7 @@
 """Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect."""
 
+import warnings
+
 import dagster as dg
 
 from vision_rag_pipeline.core.config import EXECUTOR_ENV, executor_choice
@@ -20,21 +22,40 @@ from vision_rag_pipeline.defs.indexes import (
 )
 from vision_rag_pipeline.defs.io_manager import PostgresAssetIOManager
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
-from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
+from vision_rag_pipeline.defs.resources import (
+    EmbeddingModel,
+    IndexDatabase,
+    LexicalIndexResource,
+    RagConfigResource,
+)
 from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
 
-def _executor() -> dg.ExecutorDefinition | None:
+def _executor() -> dg.ExecutorDefinition:
     """A Kubernetes pod per step (dagster-k8s `k8s_job_executor`) when VISION_RAG_EXECUTOR=k8s_job;
-    otherwise Dagster's default, steps in processes of the run's own process or pod."""
+    each step a task for Celery workers on any host (dagster-celery, defs/celery_executor.py) when
+    VISION_RAG_EXECUTOR=celery; otherwise every step of a run in the run's own process
+    (`in_process_executor`), runs side by side.
+
+    A document's steps form a chain, so steps in processes of their own bought no parallelism and
+    cost an import of Dagster, the project and torch each: a one-page PDF's daemon-launched run took
+    6.1x the CLI's ingest, 3.2x with steps forked from a preloaded forkserver, 1.1x in one process
+    (BENCHMARKS.md "Daemon runs").
+    """
     choice = executor_choice()
     if choice == "k8s_job":
         from dagster_k8s import k8s_job_executor
 
         return k8s_job_executor
+    if choice == "celery":
+        from vision_rag_pipeline.defs.celery_executor import celery_executor_from_env
+
+        return celery_executor_from_env()
     if choice:
-        raise ValueError(f"{EXECUTOR_ENV}={choice!r}: expected k8s_job, or unset for the default executor")
-    return None
+        raise ValueError(
+            f"{EXECUTOR_ENV}={choice!r}: expected k8s_job or celery, or unset for the default executor"
+        )
+    return dg.in_process_executor
 
 
 _CODE_VERSIONS = code_versions()
@@ -66,5 +87,13 @@ defs = dg.Definitions(
         "index_db": _INDEX_DB,
         "lexical": LexicalIndexResource(),
         "rag_config": RagConfigResource(),
+        "embedding_model": EmbeddingModel(),
     },
 )
+
+# Dagster rebuilds inbox_sensor to bind resources to the op job it targets (remove_document), passing
+# an `owners` argument of its own and warning that the argument is beta. Built here once (the result
+# is cached), that one internal BetaWarning is silenced by its message; any other still shows.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Parameter `owners` of initializer", category=dg.BetaWarning)
+    defs.get_repository_def()

@@ -4,10 +4,15 @@ import dagster as dg
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.defs.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
+from vision_rag_pipeline.defs.host_inputs import (
+    EMBEDDING_MODEL,
+    embedding_model_sha256,
+    require_launching_host_inputs,
+)
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
+from vision_rag_pipeline.defs.resources import EmbeddingModel, IndexDatabase, RagConfigResource
 from vision_rag_pipeline.embeddings.cache import encode_cached
-from vision_rag_pipeline.embeddings.encoder import encode, model_variant
+from vision_rag_pipeline.embeddings.encoder import model_variant
 from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
 
 
@@ -25,12 +30,15 @@ def chunk_embeddings(
     document_chunks: list[Chunk],
     rag_config: RagConfigResource,
     index_db: IndexDatabase,
+    embedding_model: EmbeddingModel,
 ) -> dg.MaterializeResult:
-    embedding = rag_config.load().embedding
+    config = rag_config.load()
+    require_launching_host_inputs(context, config, EMBEDDING_MODEL)
+    embedding = config.embedding
     vectors, computed = encode_cached(
         [c.text for c in document_chunks],
         embedding.model,
-        lambda texts: encode(texts, embedding.model, embedding.batch_size, embedding.precision),
+        lambda texts: embedding_model.encode(texts, embedding),
         index_db.database_url(),
         embedding.precision,
     )
@@ -40,6 +48,7 @@ def chunk_embeddings(
         check_results=[every_chunk_embedded(document_chunks, vectors, dim)],
         metadata={
             "model": model_variant(embedding.model, embedding.precision),
+            "model_files_sha256": embedding_model_sha256(embedding.model),
             "dim": dim,
             "vectors": len(vectors),
             "computed": computed,

@@ -5,14 +5,17 @@ from pathlib import Path
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.host_inputs import OCR_LANGUAGES, require_launching_host_inputs
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.previews import first_words, image_grid
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.languages import language_set
-from vision_rag_pipeline.enrichment.model import ImageVerdict
+from vision_rag_pipeline.enrichment.fusion import parse_meta_content
+from vision_rag_pipeline.enrichment.languages import language_fingerprint
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -38,13 +41,22 @@ def image_verdicts(
     rag_config: RagConfigResource,
 ) -> dg.Output[list[ImageVerdict]]:
     classifier = rag_config.load().media_enrichment.features.classifier
-    verdicts = classify_images(_with_bytes(extracted_images, index_db), classifier)
+    images = _with_bytes(extracted_images, index_db)
+    verdicts = classify_images(images, classifier)
+    by_image = {v.image_sha256: v for v in verdicts}
     counts = Counter(v.verdict for v in verdicts)
     tags = Counter(tag for v in verdicts for tag in v.tags)
     context.log.info(f"verdicts: {dict(counts)}")
     return dg.Output(
         verdicts,
         metadata={
+            "thumbnails": image_grid(
+                images,
+                {
+                    "verdict": lambda image: by_image[image.sha256].verdict,
+                    "why": lambda image: "; ".join(by_image[image.sha256].reasons[:2]),
+                },
+            ),
             "vision": counts.get("VISION", 0),
             "ignore": counts.get("IGNORE", 0),
             "threshold": classifier.threshold,
@@ -71,11 +83,13 @@ def image_enrichments(
     rag_config: RagConfigResource,
 ) -> dg.Output[EnrichmentBatch]:
     config = rag_config.load()
+    require_launching_host_inputs(context, config, OCR_LANGUAGES)
     wanted = {v.image_sha256 for v in image_verdicts if v.verdict == "VISION"}
     vision_images = [image for image in extracted_images if image.sha256 in wanted]
     cache = index_db.enrichment_cache() if config.media_enrichment.features.cache.enabled else None
+    images = _with_bytes(vision_images, index_db)
     batch = enrich_document_images(
-        _with_bytes(vision_images, index_db),
+        images,
         image_verdicts,
         config,
         cache,
@@ -96,6 +110,14 @@ def image_enrichments(
     return dg.Output(
         batch,
         metadata={
+            "thumbnails": image_grid(
+                images,
+                {
+                    "verdict": lambda _: "VISION",
+                    "OCR": lambda image: _ocr_confidence(batch.results[image.sha256]),
+                    "chunk": lambda image: first_words(_chunk_content(batch.results[image.sha256])),
+                },
+            ),
             "enriched": len(batch.results),
             "enrichment_calls": batch.calls,
             "cache_hits": batch.cache_hits,
@@ -104,10 +126,23 @@ def image_enrichments(
             tokens_label: batch.vision_tokens,
             "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
             # what OCR could read with on this host (`auto`: its installed languages): a per-host input
-            "ocr_language_set": ", ".join(language_set(config.media_enrichment.ocr.languages)),
+            "ocr_language_set": language_fingerprint(config.media_enrichment.ocr.languages),
             "fallbacks": sum(batch.fallbacks.values()),
             "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
             "provider_seconds": batch.provider_seconds,
             "preview": dg.MetadataValue.md(preview or "_no VISION images_"),
         },
     )
+
+
+def _ocr_confidence(result: EnrichmentResult) -> str:
+    """The Meta-Content's OCR level with Tesseract's mean word confidence: "High (91)"."""
+    return f"{result.ocr.level} ({result.ocr.confidence:.0f})" if result.ocr.text else "no text"
+
+
+def _chunk_content(result: EnrichmentResult) -> str:
+    """What the image chunk says (its <content>), without the <meta> header."""
+    try:
+        return str(parse_meta_content(result.meta_content)["content"])
+    except ValueError:
+        return result.description

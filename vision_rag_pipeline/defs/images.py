@@ -3,6 +3,7 @@
 import dagster as dg
 
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.previews import first_words, image_grid, where
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.images.model import ExtractedImage
@@ -27,6 +28,14 @@ def extracted_images(
     return dg.Output(
         images,
         metadata={
+            "thumbnails": image_grid(
+                raw_documents.images,
+                {
+                    "where": where,
+                    "size": lambda image: f"{image.width}×{image.height}" if image.width else "",
+                    "alt or caption": lambda image: first_words(image.alt or image.caption or image.title),
+                },
+            ),
             "images": len(images),
             "unique_images": len({i.sha256 for i in images}),
             "newly_stored": stored,

@@ -4,9 +4,13 @@ CLI see the same thing."""
 
 from __future__ import annotations
 
-import dagster as dg
+import threading
+from contextlib import suppress
 
-from vision_rag_pipeline.core.config import RagConfig, load_config
+import dagster as dg
+import numpy as np
+
+from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, load_config
 from vision_rag_pipeline.core.postgres import database_url
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -51,3 +55,32 @@ class LexicalIndexResource(dg.ConfigurableResource):
 
     def open(self) -> LexicalIndex:
         return open_lexical_index()
+
+
+def load_embedding_model() -> None:
+    """Load the configured embedding model ahead of the first step that needs it: torch alone imports
+    in ~1.2 s, time a document's loading and OCR (Tesseract runs without the GIL) can hide. Best
+    effort: a missing model or a bad config is reported by the step that encodes, naming the file."""
+    with suppress(Exception):
+        from vision_rag_pipeline.embeddings.encoder import load_encoder
+
+        embedding = load_config().embedding
+        load_encoder(embedding.model, embedding.precision)
+
+
+class EmbeddingModel(dg.ConfigurableResource):
+    """The configured embedding model, starting to load on a thread when a run builds its resources.
+
+    The in-process executor builds every resource of the run before its first step, so the model
+    loads while the document is read and OCR'd; a step in a process of its own (k8s_job) builds only
+    its own resources, and starts the load when chunk_embeddings starts. `encode` waits for a load in
+    progress rather than starting another.
+    """
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        threading.Thread(target=load_embedding_model, name="load-embedding-model", daemon=True).start()
+
+    def encode(self, texts: list[str], embedding: EmbeddingConfig) -> np.ndarray:
+        from vision_rag_pipeline.embeddings.encoder import encode
+
+        return encode(texts, embedding.model, embedding.batch_size, embedding.precision)

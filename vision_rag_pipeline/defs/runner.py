@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -37,6 +36,7 @@ from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
 from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.resources import load_embedding_model
 from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
 
@@ -49,7 +49,19 @@ telemetry:
   enabled: false
 nux:
   enabled: false
+# The daemon launches queued runs (inbox, version sensor, backfills, UI) every second, from threads:
+# launching waits for the run's process to start, and one at a time left the queue draining slower
+# than the runs finished.
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+    dequeue_use_threads: true
+    dequeue_num_workers: 4
 concurrency:
+  runs:
+    max_concurrent_runs: 4  # each run is one process (~0.7 GB) that works a document's steps in turn
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
 # Dagster's SQLite layout, with engines kept between calls
@@ -397,12 +409,11 @@ def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[s
 
 
 def quiet_library_noise() -> None:
-    """Keep the terminal for our own lines: Dagster beta/preview notices, the missing
-    XDG_RUNTIME_DIR notice and the model-loading progress bar say nothing a user can act on."""
+    """Keep the terminal for our own lines: the missing XDG_RUNTIME_DIR notice and the model-loading
+    progress bar say nothing a user can act on. (Dagster's preview and beta notices about our
+    definitions are silenced where they arise, by message: defs/checks.py, defs/definitions.py.)"""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     quiet_embedded_server_notice()
 
 
@@ -437,17 +448,6 @@ def _init_worker(threads: int, parent: int) -> None:
     with suppress(Exception):  # reported by each document's run, as below
         from vision_rag_pipeline.defs.definitions import defs  # noqa: F401  (imported for its load time)
     load_embedding_model()
-
-
-def load_embedding_model() -> None:
-    """Load the configured embedding model ahead of the first run that needs it: torch alone imports in
-    ~1.2 s, time a document's loading and OCR (Tesseract runs without the GIL) can hide. Best effort:
-    a missing model or a bad config is reported by each document's run, naming the file."""
-    with suppress(Exception):
-        from vision_rag_pipeline.embeddings.encoder import load_encoder
-
-        embedding = load_config().embedding
-        load_encoder(embedding.model, embedding.precision)
 
 
 def _die_with_parent(parent: int) -> None:

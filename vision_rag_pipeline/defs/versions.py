@@ -33,13 +33,12 @@ from dagster import DagsterEventType
 
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
+from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
-from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
+from vision_rag_pipeline.enrichment.batch import enrichment_engine
+from vision_rag_pipeline.enrichment.cache import enrichment_settings
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
-from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
-from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_set
-from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.indexes.lexical import LEXICAL_ANALYSIS_REVISION
 
@@ -67,26 +66,12 @@ def classifier_version(config: RagConfig) -> str:
 
 
 def enrichment_version(config: RagConfig, engine: str) -> str:
-    """What an image's Meta-Content depends on: the vision model call, OCR, fusion and who computes it,
-    plus `config_version`, the user's explicit "re-enrich everything" switch (it is also in the cache key).
-
-    `engine` is "offline" or the vision endpoint (see `enrichment.cache.cache_key`): switching from
-    OCR-only to a real vision model must re-enrich even when no setting changed.
+    """What an image's Meta-Content depends on when `engine` computes it (`enrichment_settings`: no
+    vision-model setting offline), plus `config_version`, the user's explicit "re-enrich everything"
+    switch (it is also in the cache key). Switching from OCR-only to a real vision model re-enriches
+    even when no setting changed.
     """
-    enrichment = config.media_enrichment
-    return _short_hash(
-        {
-            "mllm": enrichment.features.mllm.model_dump(mode="json"),
-            # order matters to Tesseract; with `auto`, this host's languages: a per-host input
-            "ocr_languages": language_set(enrichment.ocr.languages),
-            "ocr_revision": OCR_REVISION,
-            "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
-            "fusion": enrichment.fusion.model_dump(mode="json"),
-            "fusion_revision": FUSION_REVISION,
-            "engine": engine,
-            "config_version": config.config_version,
-        }
-    )
+    return _short_hash({**enrichment_settings(config, engine), "config_version": config.config_version})
 
 
 def chunking_version(config: RagConfig) -> str:
@@ -101,7 +86,10 @@ def chunking_version(config: RagConfig) -> str:
 
 
 def embedding_version(config: RagConfig) -> str:
-    """Which model embeds the chunks and at which precision (the batch size does not change a vector).
+    """Which model files embed the chunks and at which precision (the batch size does not change a vector).
+
+    The files by their content hash, never by the name or path that finds them: hosts that keep
+    the same model under different paths agree, and a model replaced under the same name re-embeds.
 
     The precision as configured, never as resolved on this host: every node of a deployment must
     agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
@@ -111,7 +99,9 @@ def embedding_version(config: RagConfig) -> str:
     hardware; changing between any two of the three values re-embeds.
     """
     embedding = config.embedding
-    return _short_hash({"model": embedding.model, "precision": embedding.precision})
+    return _short_hash(
+        {"model_files": embedding_model_sha256(embedding.model), "precision": embedding.precision}
+    )
 
 
 def lexical_version() -> str:
@@ -122,12 +112,7 @@ def lexical_version() -> str:
 def code_versions() -> dict[str, str]:
     """Each derived asset's version: a hash of the settings that shape it, from the config in effect now."""
     config = load_config()
-    vision = vision_client_from_env()
-    engine = (
-        vision.engine
-        if vision is not None and config.media_enrichment.features.mllm.enabled
-        else OFFLINE_ENGINE
-    )
+    engine = enrichment_engine(config, vision_client_from_env())
     return {
         "raw_documents": loading_version(),
         "image_verdicts": classifier_version(config),
@@ -268,6 +253,12 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                         for key, recorded in changed.items()
                     )
                 },
+            )
+        )
+    if not run_requests:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"the versions recorded for all {len(partitions)} partitions match the config in effect"
             )
         )
     return dg.SensorResult(run_requests=run_requests)

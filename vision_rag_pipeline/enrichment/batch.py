@@ -252,6 +252,15 @@ def _for_this_document(
     return hit.model_copy(update={**update, "image_url": image.url})
 
 
+def enrichment_engine(config: RagConfig, vision: VisionClient | None) -> str:
+    """Who computes enrichments: the endpoint when one is configured and the vision model or LLM
+    fusion is wanted, else "offline" (OCR + rule fusion)."""
+    enrichment = config.media_enrichment
+    if vision is not None and (enrichment.features.mllm.enabled or enrichment.fusion.use_llm):
+        return vision.engine
+    return OFFLINE_ENGINE
+
+
 def enrich_document_images(
     images: list[DocumentImage],
     verdicts: list[ImageVerdict],
@@ -269,9 +278,8 @@ def enrich_document_images(
         if sha in vision_shas:
             unique.setdefault(sha, image)
     features = config.media_enrichment.features
-    uses_endpoint = vision is not None and (features.mllm.enabled or config.media_enrichment.fusion.use_llm)
-    active_vision = vision if uses_endpoint else None
-    engine = vision.engine if active_vision is not None else OFFLINE_ENGINE
+    engine = enrichment_engine(config, vision)
+    active_vision = vision if engine != OFFLINE_ENGINE else None
     keys = {sha: cache_key(sha, config, engine, image.text_layer) for sha, image in unique.items()}
     use_cache = cache is not None and features.cache.enabled
     hits = cache.get_many(keys.values(), expiry=features.cache.expiry) if use_cache else {}
@@ -283,7 +291,9 @@ def enrich_document_images(
     for sha, image in unique.items():
         hit = hits.get(keys[sha])
         if hit is not None:
-            batch.results[sha] = _for_this_document(hit, image, tags.get(sha, []), sources[sha], config)
+            result = _for_this_document(hit, image, tags.get(sha, []), sources[sha], config)
+            # offline, the detail mode is not in the key: the estimate follows the setting in effect
+            batch.results[sha] = result.model_copy(update={"vision_tokens": estimates[sha]})
             batch.cache_hits += 1
         else:
             misses[sha] = image

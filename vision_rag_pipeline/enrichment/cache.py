@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
-from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_set
+from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_fingerprint
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 
@@ -62,21 +62,41 @@ def canonical_json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def enrichment_settings(config: RagConfig, engine: str) -> dict:
+    """The settings that shape an image's enrichment when `engine` computes it, with the revisions of
+    the code that does; the enrichment code version and the cache key hash exactly these.
+
+    Offline (OCR + rule fusion) that is the OCR languages and the keyword count: no vision-model
+    setting (prompt, model, detail, kwargs) nor LLM-fusion switch reaches the output, so editing one
+    re-reads no image. With an endpoint, the vision model's and fusion's settings count as well
+    (fusion borrows the model and kwargs when it has none of its own). Speed settings (OCR workers),
+    the classifier (its verdicts are an input, not a setting of this step) and the cache's own
+    settings are left out.
+    """
+    enrichment = config.media_enrichment
+    settings: dict = {
+        "engine": engine,
+        # order matters to Tesseract; with `auto`, this host's languages, and their models' content
+        "ocr_languages": language_fingerprint(enrichment.ocr.languages),
+        "ocr_revision": OCR_REVISION,
+        "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
+        "fusion_revision": FUSION_REVISION,
+        "max_keywords": enrichment.fusion.max_keywords,
+    }
+    if engine != OFFLINE_ENGINE:
+        settings["mllm"] = enrichment.features.mllm.model_dump(mode="json")
+        settings["fusion"] = enrichment.fusion.model_dump(mode="json")
+    return settings
+
+
 def cache_key(
     image_sha256_or_bytes: str | bytes, config: RagConfig, engine: str, text_layer: str = ""
 ) -> str:
     """`features.cache.key_format` filled with the config's domain and version and the settings hash.
 
-    The hash covers the image (its sha256 digest stands for the bytes), the whole enrichment
-    `features` (mllm prompt/model/detail/kwargs, classifier, cache flags), the OCR languages (with
-    `auto`, the ones this host reads with: `language_set`) and
-    the fusion settings and the OCR and fusion code's revisions — everything that changes the output, so any
-    change yields a new key.
-    OCR `max_workers` is left out: it changes speed, not results.
-
-    `engine` names who computes the enrichment: "offline" (OCR + rule fusion) or the vision
-    endpoint. Without it an OCR-only result cached while no endpoint was configured would keep
-    being served after one is, and the VLM would never run for those images.
+    The hash covers the image (its sha256 digest stands for the bytes) and `enrichment_settings` for
+    `engine`: "offline" (OCR + rule fusion) or the vision endpoint. With the engine in the key, an
+    OCR-only result cached while no endpoint was configured is not served once one is.
 
     `text_layer` is the PDF's own OCR layer over the image, read instead of Tesseract: the same scan
     with another layer (or none) is another enrichment.
@@ -87,21 +107,11 @@ def cache_key(
         digest = image_sha256_or_bytes.lower()
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ValueError(f"cache_key needs image bytes or a sha256 hex digest, got {digest[:80]!r}")
-    enrichment = config.media_enrichment
-    settings = {
-        "features": enrichment.features.model_dump(mode="json"),
-        "ocr": enrichment.ocr.model_dump(mode="json", exclude={"max_workers", "languages"}),
-        "ocr_languages": language_set(enrichment.ocr.languages),
-        "ocr_revision": OCR_REVISION,
-        "language_revision": LANGUAGE_REVISION,
-        "fusion": enrichment.fusion.model_dump(mode="json"),
-        "fusion_revision": FUSION_REVISION,
-        "engine": engine,
-    }
+    settings = enrichment_settings(config, engine)
     if text_layer:
         settings["text_layer"] = text_layer
     settings_hash = hashlib.sha256(f"{digest}\n{canonical_json(settings)}".encode()).hexdigest()
-    key_format = enrichment.features.cache.key_format
+    key_format = config.media_enrichment.features.cache.key_format
     try:
         return key_format.format(
             domain=config.domain, config_version=config.config_version, hash=settings_hash

@@ -43,6 +43,7 @@ from vision_rag_pipeline.enrichment.ocr import (
     prepare_page,
     read_page,
     read_tsv,
+    traineddata_sha256,
     tsv_words,
 )
 
@@ -131,10 +132,18 @@ def auto_languages() -> list[str]:
 
 
 def language_set(configured: list[str] | str) -> list[str]:
-    """What the enrichment code version and cache key record: the list as configured (a host without
-    one of them fails instead), or `auto` and the languages it reads with on this host, so hosts with
-    other languages installed do not share readings they would make differently."""
+    """The languages OCR may read with on this host as configured: the list (a host without one of
+    them fails instead), or `auto` and the languages it reads with here."""
     return ["auto", *auto_languages()] if configured == AUTO else list(configured)
+
+
+def language_fingerprint(configured: list[str] | str) -> str:
+    """What the enrichment code version, the cache key and a run's host inputs record of the OCR
+    languages: `language_set` and the sha256 of those languages' traineddata on this host. Hosts with
+    other languages installed under `auto`, or other models under the same names, neither share
+    readings nor pass for up to date."""
+    names = language_set(configured)
+    return "+".join(names) + ":" + traineddata_sha256(tuple(n for n in names if n != AUTO))[:16]
 
 
 def resolve_languages(configured: list[str] | str) -> list[str]:

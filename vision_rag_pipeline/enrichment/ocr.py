@@ -21,6 +21,7 @@ small pool and returns it, so parallel reads never share an engine.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import subprocess
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pytesseract
@@ -184,6 +186,19 @@ def _installed_tessdata() -> tuple[str, frozenset[str]]:
     directory = found.group("path") if found else ""
     languages = frozenset(n.strip() for n in names if n.strip() and n.strip() != "osd")
     return (directory.rstrip("/") + "/" if directory else ""), languages
+
+
+@functools.cache
+def traineddata_sha256(languages: tuple[str, ...]) -> str:
+    """sha256 over these languages' traineddata files as this host's Tesseract finds them (`missing:`
+    for one it lacks): hosts whose models differ read differently under the same language names."""
+    directory, installed = _installed_tessdata()
+    total = hashlib.sha256()
+    for language in languages:
+        path = Path(directory, f"{language}.traineddata")
+        total.update(f"{language}\n".encode())
+        total.update(path.read_bytes() if language in installed and path.is_file() else b"missing")
+    return total.hexdigest()
 
 
 def available_languages() -> set[str]:
