@@ -14,7 +14,7 @@ from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_documen
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
-from vision_rag_pipeline.enrichment.languages import language_fingerprint
+from vision_rag_pipeline.enrichment.languages import language_fingerprint, resolve_languages
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
@@ -83,6 +83,7 @@ def image_enrichments(
     rag_config: RagConfigResource,
 ) -> dg.Output[EnrichmentBatch]:
     config = rag_config.load()
+    resolve_languages(config.media_enrichment.ocr.languages)  # a listed language missing here: say which
     require_launching_host_inputs(context, config, OCR_LANGUAGES)
     wanted = {v.image_sha256 for v in image_verdicts if v.verdict == "VISION"}
     vision_images = [image for image in extracted_images if image.sha256 in wanted]
