@@ -84,10 +84,11 @@ def test_runs_of_the_asset_jobs_carry_the_launching_hosts_inputs() -> None:
         assert defs.resolve_job_def(job).run_tags[HOST_INPUTS_TAG] == expected[HOST_INPUTS_TAG]
 
 
-def test_a_host_with_other_model_files_fails_the_embedding_step_and_records_nothing(pg_url: str) -> None:
+def _run_launched_with(launching: dict[str, str]) -> tuple[str, str, set[str]]:
+    """Ingest a sample in this process as if another host with these inputs had launched the run:
+    (the step that failed, its message, the assets materialized)."""
     path = SAMPLES / "larkspur_q3_2024_operations_review.pdf"
     document_id = DocumentRegistry().register(path).document_id
-    launching = {EMBEDDING_MODEL: "0" * 64}  # the files of the host that launched the run
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(documents_partitions.name, [document_id])
         result = defs.resolve_job_def("ingest_document").execute_in_process(
@@ -98,12 +99,18 @@ def test_a_host_with_other_model_files_fails_the_embedding_step_and_records_noth
         )
         assert not result.success
         [failure] = [event for event in result.all_events if event.is_step_failure]
-        assert failure.step_key == "chunk_embeddings"
         error = failure.step_failure_data.error
         message = " ".join(e.message for e in (error, error.cause) if e is not None)
-        assert "embedding_model" in message and "differs from the launching host's" in message
         materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-        assert "chunk_embeddings" not in materialized and "pgvector_index" not in materialized
+        return failure.step_key, message, materialized
+
+
+def test_a_host_with_other_model_files_fails_the_embedding_step_and_records_nothing(pg_url: str) -> None:
+    # the files of the host that launched the run
+    step, message, materialized = _run_launched_with({EMBEDDING_MODEL: "0" * 64})
+    assert step == "chunk_embeddings"
+    assert "embedding_model" in message and "differs from the launching host's" in message
+    assert "chunk_embeddings" not in materialized and "pgvector_index" not in materialized
 
 
 def test_the_ocr_languages_are_a_host_input_by_name_and_by_their_models(
@@ -124,22 +131,7 @@ def test_the_ocr_languages_are_a_host_input_by_name_and_by_their_models(
 
 
 def test_a_host_with_other_ocr_languages_fails_the_enrichment_step_and_records_nothing(pg_url: str) -> None:
-    path = SAMPLES / "larkspur_q3_2024_operations_review.pdf"
-    document_id = DocumentRegistry().register(path).document_id
-    launching = {OCR_LANGUAGES: "auto+eng+rus+chi_sim:0000000000000000"}  # the launching host's
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(documents_partitions.name, [document_id])
-        result = defs.resolve_job_def("ingest_document").execute_in_process(
-            instance=instance,
-            partition_key=document_id,
-            tags={HOST_INPUTS_TAG: json.dumps(launching)},
-            raise_on_error=False,
-        )
-        assert not result.success
-        [failure] = [event for event in result.all_events if event.is_step_failure]
-        assert failure.step_key == "image_enrichments"
-        error = failure.step_failure_data.error
-        message = " ".join(e.message for e in (error, error.cause) if e is not None)
-        assert "ocr_languages" in message and "differs from the launching host's" in message
-        materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-        assert "image_enrichments" not in materialized and "document_chunks" not in materialized
+    step, message, materialized = _run_launched_with({OCR_LANGUAGES: "auto+eng+rus+chi_sim:0000000000000000"})
+    assert step == "image_enrichments"
+    assert "ocr_languages" in message and "differs from the launching host's" in message
+    assert "image_enrichments" not in materialized and "document_chunks" not in materialized
