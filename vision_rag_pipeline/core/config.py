@@ -359,7 +359,10 @@ class VisionEndpoint:
         )
 
     def __repr__(self) -> str:
-        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={self.base_url!r})"
+        from vision_rag_pipeline.core.redact import redact_url  # a repr reaches logs: no password in it
+
+        base_url = redact_url(self.base_url) if self.base_url else None
+        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={base_url!r})"
 
 
 DEFAULT_ES_ALIAS = "vision-rag-chunks"
