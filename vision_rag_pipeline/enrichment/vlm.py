@@ -321,10 +321,14 @@ def vision_client_from_env(limits: ProviderLimits | None = None) -> VisionClient
             api_version=endpoint.api_version,
             max_retries=0,
         )
-        return VisionClient(client, engine=f"azure:{redact_url(endpoint.azure_endpoint.rstrip('/'))}", limits=limits)
+        return VisionClient(
+            client, engine=f"azure:{redact_url(endpoint.azure_endpoint.rstrip('/'))}", limits=limits
+        )
     if not (endpoint.api_key or endpoint.base_url):
         return None
     import openai
 
     client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "unused", max_retries=0)
-    return VisionClient(client, engine=f"openai:{redact_url(str(client.base_url).rstrip('/'))}", limits=limits)
+    return VisionClient(
+        client, engine=f"openai:{redact_url(str(client.base_url).rstrip('/'))}", limits=limits
+    )
