@@ -19,6 +19,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from vision_rag_pipeline.api import create_app
+from vision_rag_pipeline.defs.runner import IngestReport
+from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
 
 __all__ = ["corpus"]  # the shared index fixture
@@ -40,9 +42,10 @@ def base_url(corpus, ingested: list[list[str]]) -> Iterator[str]:
     real_ingest = ingest_module.ingest_paths
     done = threading.Event()
 
-    def record(paths: list[str]) -> None:  # a Dagster run per upload is too slow for a unit test
+    def record(paths: list[str]) -> IngestReport:  # a Dagster run per upload is too slow for a unit test
         ingested.append(paths)
         done.set()
+        return IngestReport(documents=len(paths))
 
     ingest_module.ingest_paths = record
     with serving(create_app()) as url:
@@ -130,9 +133,9 @@ def test_bad_requests_get_clear_4xx(base_url: str) -> None:
     status, body = call(f"{base_url}/search", {"query": "picnic", "rag_config": "nope"})
     assert status == 404 and "unknown rag_config 'nope'" in body["detail"]
     status, body = call(f"{base_url}/search", {"k": 3})
-    assert status == 422 and "query or an image" in body["detail"]
+    assert status == 422 and "query or an image" in body["detail"][0]["msg"]
     status, body = call(f"{base_url}/search", {"image": "%%%"})
-    assert status == 422 and "invalid base64" in body["detail"]
+    assert status == 422 and "invalid base64" in body["detail"][0]["msg"]
     status, _ = call(f"{base_url}/chat", b"{not json", "application/json")
     assert status == 422
 
@@ -166,15 +169,33 @@ def test_upload_drops_files_in_the_inbox_and_starts_ingestion(
     base_url: str, ingested: list[list[str]], vision_rag_home: Path
 ) -> None:
     payload, content_type = multipart([(SAMPLE_MHTML.name, SAMPLE_MHTML.read_bytes())], {})
-    status, _ = call(f"{base_url}/upload", payload, content_type)
-    assert status == 204
+    status, body = call(f"{base_url}/upload", payload, content_type)
+    assert status == 202
+    [accepted] = body["documents"]
     inbox_file = vision_rag_home / "inbox" / SAMPLE_MHTML.name
     assert inbox_file.read_bytes() == SAMPLE_MHTML.read_bytes()
+    # registered before the answer: the bytes are in the index database already
+    assert DocumentRegistry().content(accepted["document_id"]) == SAMPLE_MHTML.read_bytes()
     deadline = time.monotonic() + 10
-    while not ingested and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        status, state = call(f"{base_url}/documents/{accepted['document_id']}")
+        if state["status"] == "ingested":
+            break
         time.sleep(0.05)
     assert ingested == [[str(inbox_file)]]
-    payload, content_type = multipart([("notes.txt", b"just text")], {})
+    assert (status, state["status"], state["attempts"]) == (200, "ingested", 1)
+    payload, content_type = multipart([("notes.pdf", b"just text")], {})
     status, body = call(f"{base_url}/upload", payload, content_type)
-    assert status == 415 and "notes.txt: not an MHTML web archive or a PDF" in body["detail"]
-    assert not (vision_rag_home / "inbox" / "notes.txt").exists()
+    assert status == 415 and "notes.pdf: not an MHTML web archive or a PDF" in body["detail"]
+    assert not (vision_rag_home / "inbox" / "notes.pdf").exists()
+
+
+@pytest.mark.parametrize("name", ["report", "ok.txt", " ", "x.pdf;.exe", ".hidden.pdf"])
+def test_upload_names_the_inbox_would_skip_are_415_with_the_reason(
+    base_url: str, vision_rag_home: Path, name: str
+) -> None:
+    before = sorted((vision_rag_home / "inbox").iterdir())
+    payload, content_type = multipart([(name, SAMPLE_MHTML.read_bytes())], {})
+    status, body = call(f"{base_url}/upload", payload, content_type)
+    assert status == 415 and ("inbox" in body["detail"] or "no file name" in body["detail"]), body
+    assert sorted((vision_rag_home / "inbox").iterdir()) == before, "nothing left where the sensor looks"

