@@ -58,7 +58,7 @@ from vision_rag_pipeline.core.config import (
     inbox_dir,
     load_config,
 )
-from vision_rag_pipeline.core.postgres import DiskFullError, connect
+from vision_rag_pipeline.core.postgres import DatabaseUnavailable, DiskFullError, connect
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.documents.inbox import DOCUMENT_SUFFIXES
 from vision_rag_pipeline.documents.intake import IngestQueue, IngestStatus
@@ -429,7 +429,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
 
     @app.exception_handler(psycopg.OperationalError)
     async def database_down(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
-        logger.warning("%s %s: index database unavailable: %s", request.method, request.url.path, exc)
+        logger.warning("%s %s: %s", request.method, request.url.path, " ".join(str(exc).split())[:300])
         return _database_down_reply(exc)
 
     @app.exception_handler(DiskFullError)
@@ -574,10 +574,11 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
 
 def _database_down_reply(exc: Exception) -> JSONResponse:
     lines = str(exc).strip().splitlines()
+    said = lines[0] if lines else type(exc).__name__
+    if not isinstance(exc, DatabaseUnavailable):
+        said = f"index database unavailable: {said}"
     return JSONResponse(
-        {
-            "detail": f"index database unavailable ({lines[0] if lines else type(exc).__name__}); retry shortly"
-        },
+        {"detail": f"{said}; retry shortly"},
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )

