@@ -32,6 +32,7 @@ INGEST_WORKERS_ENV = "VISION_RAG_INGEST_WORKERS"
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
 API_TOKEN_ENV = "VISION_RAG_API_TOKEN"
+INBOX_SETTLE_ENV = "VISION_RAG_INBOX_SETTLE_SECONDS"
 
 
 class _Strict(BaseModel):
@@ -321,6 +322,12 @@ def sensor_interval_seconds(default: int) -> int:
     """Seconds between a sensor's ticks: `VISION_RAG_SENSOR_INTERVAL_SECONDS` for every sensor (read
     when the code location loads), else the sensor's own default."""
     return int(os.environ.get(SENSOR_INTERVAL_ENV) or default)
+
+
+def inbox_settle_seconds(default: float) -> float:
+    """How long an inbox file must stay unchanged before it is ingested: `VISION_RAG_INBOX_SETTLE_SECONDS`,
+    else `default` (the inbox sensor's interval: stable over one tick)."""
+    return float(os.environ.get(INBOX_SETTLE_ENV) or default)
 
 
 def reindex_cron() -> str:
