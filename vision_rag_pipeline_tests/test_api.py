@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import socket
 import threading
@@ -199,3 +200,93 @@ def test_upload_names_the_inbox_would_skip_are_415_with_the_reason(
     status, body = call(f"{base_url}/upload", payload, content_type)
     assert status == 415 and ("inbox" in body["detail"] or "no file name" in body["detail"]), body
     assert sorted((vision_rag_home / "inbox").iterdir()) == before, "nothing left where the sensor looks"
+
+
+def test_a_huge_query_image_is_read_at_a_bounded_size() -> None:
+    """A 356 KB PNG of 6300x6300 took 20 s and 1.2 GB: OCR and the classifier now see at most
+    MAX_QUERY_PIXELS of it, and a large JPEG is decoded at a reduced scale."""
+    from PIL import Image, ImageDraw
+
+    from vision_rag_pipeline.query.image_query import MAX_QUERY_PIXELS, query_image
+
+    for fmt in ("PNG", "JPEG"):
+        big = Image.new("RGB", (6300, 6300), "white")
+        ImageDraw.Draw(big).text((100, 100), "Revenue 4.2M", fill="black")
+        buffer = io.BytesIO()
+        big.save(buffer, format=fmt)
+        picture = query_image(buffer.getvalue())
+        with Image.open(io.BytesIO(picture.data)) as seen:
+            assert seen.width * seen.height <= MAX_QUERY_PIXELS, (fmt, seen.size)
+            assert abs(seen.width - seen.height) <= 1, "the aspect ratio is kept"
+
+
+def test_image_queries_beyond_the_limit_get_429_with_retry_after(corpus) -> None:
+    app = create_app(ingest_on_upload=False)
+    app.state.image_slots.wait_seconds = 0.1
+    image = base64.b64encode(chart(scale=0.8)).decode()
+    with serving(app) as url:
+        held = [app.state.image_slots.turn() for _ in range(2)]  # two queries are running
+        for turn in held:
+            turn.__enter__()
+        try:
+            status, body = call(f"{url}/search", {"image": image, "k": 3})
+            assert status == 429 and "retry" in body["detail"]
+        finally:
+            for turn in held:
+                turn.__exit__(None, None, None)
+        status, body = call(f"{url}/search", {"image": image, "k": 3})
+        assert status == 200 and body["hits"]
+
+
+def test_an_upload_is_retried_until_ingested_or_failed_with_its_reason(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The database went away mid-ingest once: the upload is retried and ingested. A document that
+    fails every time ends `failed` with the one-line reason, in the status endpoint and the CLI."""
+    import vision_rag_pipeline.api as api_module
+    import vision_rag_pipeline.defs.runner as runner
+    import vision_rag_pipeline.documents.intake as intake
+    from vision_rag_pipeline.cli import main as cli_main
+    from vision_rag_pipeline.defs.runner import FailedFile
+
+    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
+    monkeypatch.setattr(intake, "RETRY_PAUSE_SECONDS", (0, 0))
+    monkeypatch.setattr(api_module, "INGEST_POLL_SECONDS", 0.1)
+    attempts: dict[str, int] = {}
+
+    def flaky_ingest(paths: list[str]) -> IngestReport:
+        name = Path(paths[0]).name
+        attempts[name] = attempts.get(name, 0) + 1
+        if name == "broken.mhtml" or attempts[name] == 1:
+            reason = (
+                "server closed the connection unexpectedly" if name != "broken.mhtml" else "no <html> part"
+            )
+            return IngestReport(failed=[FailedFile(path=paths[0], error=f"{name}: {reason}")])
+        return IngestReport(documents=1)
+
+    monkeypatch.setattr(runner, "ingest_paths", flaky_ingest)
+    with serving(create_app()) as url:
+        ids = {}
+        for name in ("flaky.mhtml", "broken.mhtml"):
+            payload, content_type = multipart([(name, SAMPLE_MHTML.read_bytes())], {})
+            status, body = call(f"{url}/upload", payload, content_type)
+            assert status == 202 and body["documents"][0]["status"] == "pending"
+            ids[name] = body["documents"][0]["document_id"]
+        deadline = time.monotonic() + 30
+        states: dict[str, dict] = {}
+        while time.monotonic() < deadline:
+            states = {name: call(f"{url}/documents/{doc_id}")[1] for name, doc_id in ids.items()}
+            if {state["status"] for state in states.values()} <= {"ingested", "failed"}:
+                break
+            time.sleep(0.1)
+        assert states["flaky.mhtml"]["status"] == "ingested" and states["flaky.mhtml"]["attempts"] == 2
+        assert states["broken.mhtml"]["status"] == "failed"
+        assert states["broken.mhtml"]["attempts"] == intake.MAX_ATTEMPTS
+        assert states["broken.mhtml"]["reason"] == "broken.mhtml: no <html> part"
+        assert call(f"{url}/documents/nothing-like-it")[0] == 404
+    capsys.readouterr()
+    assert cli_main(["status", ids["broken.mhtml"]]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "failed   broken.mhtml" in out and "3 attempt(s)" in out and out.rstrip().endswith("no <html> part")
+    )
