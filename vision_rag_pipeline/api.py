@@ -16,7 +16,7 @@ A `rag_config` id names the active config (`VISION_RAG_CONFIG` or the defaults) 
 failing field; every string field is bounded, and NUL bytes or lone surrogates anywhere are
 refused; `detail` is always the list of problems FastAPI's schema says), unknown configs are 404,
 oversized bodies 413 (counted on the stream, so a chunked body without Content-Length is cut off
-too), files that are neither MHTML nor PDF 415, image queries beyond `MAX_IMAGE_QUERIES` at once
+too), files that are neither MHTML nor PDF and images that do not decode 415, image queries beyond `MAX_IMAGE_QUERIES` at once
 that waited `IMAGE_QUERY_WAIT_SECONDS` in vain 429, and while the index database is down (it is
 restarted when it is the embedded one) 503 with Retry-After. Every error is JSON with a `detail`,
 unexpected ones included (500).
@@ -85,7 +85,9 @@ RETRY_AFTER_SECONDS = 5  # what a 503 (database down) or a 429 (image queries bu
 INGEST_POLL_SECONDS = 10.0  # how often the upload worker looks for queued uploads due for an attempt
 logger = logging.getLogger("vision_rag_pipeline.api")
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
-ImageField = Annotated[str, Field(max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")]
+ImageField = Annotated[
+    str, Field(min_length=1, max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")
+]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 
 
@@ -124,7 +126,15 @@ class _Request(BaseModel):
         return data
 
 
+def _one_of_given(*fields: str) -> dict[str, Any]:
+    """JSON Schema for "at least one of these fields, as a string": what the endpoint checks too."""
+    given = {"type": "string", "minLength": 1}
+    return {"anyOf": [{"required": [name], "properties": {name: given}} for name in fields]}
+
+
 class SearchRequest(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_given("query", "image"))
+
     rag_config: ConfigId | None = None
     query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     image: ImageField | None = None
@@ -169,7 +179,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "missing or wrong API token (only when VISION_RAG_API_TOKEN is set)",
         404: "unknown rag_config or document",
         413: "request body, file or image over its limit",
-        415: "not an MHTML web archive or a PDF, or a file name the inbox skips",
+        415: "not an MHTML web archive or a PDF, a file name the inbox skips, or an image that does not decode",
         429: "too many image queries at once; retry after Retry-After seconds",
         503: "the index database is unavailable; retry after Retry-After seconds",
         507: "disk full where the index database keeps its data",
@@ -179,14 +189,17 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 class ChatRequest(_Request):
     rag_config: ConfigId | None = None
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    # a question needs a character that is not white space (Python's idea of it: \x1c-\x1f count)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"[^\s\x1c-\x1f\x85]")
     image: ImageField | None = None
     k: int | None = Field(None, ge=1, le=50)
 
 
 class EnrichmentImage(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_given("data", "url"))
+
     data: ImageField | None = None
-    url: ImageField | None = None
+    url: Annotated[ImageField, Field(pattern=r"^data:")] | None = None
     name: Name | None = None
     mime: Annotated[str, Field(max_length=100)] | None = None
 
@@ -228,9 +241,7 @@ def _decode_image(value: str) -> bytes:
     try:
         return decode_image_payload(value, MAX_IMAGE_BYTES)[0]
     except ImagePayloadError as exc:
-        if exc.too_large:
-            raise HTTPException(413, f"image: {exc}") from None
-        raise unprocessable(f"image: {exc}", "image") from None
+        raise HTTPException(413 if exc.too_large else 415, f"image: {exc}") from None
 
 
 def unprocessable(message: str, *loc: str | int) -> HTTPException:
@@ -438,7 +449,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
 
     @app.exception_handler(QueryImageError)
     async def bad_image(request: Request, exc: QueryImageError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return JSONResponse({"detail": str(exc)}, status_code=415)
 
     @app.exception_handler(ConfigError)
     async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
@@ -452,15 +463,20 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         responses=_errors(400, 401, 404, 413, 415, 503, 507),
     )
     def upload(
-        files: Annotated[list[UploadFile], File(description="MHTML or PDF files")],
+        files: Annotated[
+            list[UploadFile],
+            File(
+                description="MHTML or PDF files",
+                min_length=1,
+                max_length=MAX_UPLOAD_FILES,
+            ),
+        ],
         rag_config: Annotated[str | None, Form(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = None,
     ) -> UploadResponse:
         """Each file is in the inbox, its bytes registered in the index database and (unless the
         server runs with --no-ingest) queued for ingestion before the answer; on any error none of
         the files this request brought stays behind."""
         resolve_config(rag_config)
-        if len(files) > MAX_UPLOAD_FILES:
-            raise HTTPException(413, f"{len(files)} files, at most {MAX_UPLOAD_FILES} per upload")
         inbox = inbox_dir()  # the folder the inbox sensor watches (VISION_RAG_INBOX moves both)
         inbox.mkdir(parents=True, exist_ok=True)
         saved: list[tuple[Path, bool]] = []
@@ -513,7 +529,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/search",
         response_model=SearchResponse,
         summary="Hybrid search by text and/or image",
-        responses=_errors(401, 404, 413, 429, 503),
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
     )
     def search_endpoint(request: SearchRequest) -> SearchResponse:
         config = resolve_config(request.rag_config)
@@ -539,20 +555,25 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/chat",
         response_model=Answer,
         summary="Answer with verbatim, located citations",
-        responses=_errors(401, 404, 413, 429, 503),
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
     )
     def chat(request: ChatRequest) -> Answer:
         config = resolve_config(request.rag_config)
-        if not request.image:
-            return ask(request.query, k=request.k, config=config)
-        with image_slots.turn():
-            return ask(request.query, image=_decode_image(request.image), k=request.k, config=config)
+        try:
+            if not request.image:
+                return ask(request.query, k=request.k, config=config)
+            with image_slots.turn():
+                return ask(request.query, image=_decode_image(request.image), k=request.k, config=config)
+        except QueryImageError:
+            raise  # 415, by its handler
+        except ValueError as exc:  # e.g. a question ask() finds empty
+            raise unprocessable(str(exc), "query") from None
 
     @app.post(
         "/enrichment-services/media-enrichment",
         response_model=MediaEnrichmentResponse,
         summary="Classify and describe up to 10 images",
-        responses=_errors(401, 404, 413, 429, 503),
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
     )
     def enrichment(request: MediaEnrichmentRequest) -> MediaEnrichmentResponse:
         config = resolve_config(request.rag_config)
@@ -562,9 +583,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
             with image_slots.turn():
                 result = media_enrichment(body, config, cache)
         except ImagePayloadError as exc:
-            if exc.too_large:
-                raise HTTPException(413, str(exc)) from None
-            raise unprocessable(str(exc), "images") from None
+            raise HTTPException(413 if exc.too_large else 415, str(exc)) from None
         except ValueError as exc:
             raise unprocessable(str(exc), "images") from None
         return MediaEnrichmentResponse.model_validate(result)
