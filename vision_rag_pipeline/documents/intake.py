@@ -35,7 +35,6 @@ CREATE TABLE IF NOT EXISTS ingest_queue (
     updated_at timestamptz NOT NULL DEFAULT now()
 )
 """
-_COLUMNS = "document_id, name, path, status, attempts, reason, updated_at"
 
 IngestState = Literal["pending", "running", "ingested", "failed"]
 
@@ -48,6 +47,9 @@ class IngestStatus(BaseModel):
     attempts: int
     reason: str | None = None  # why the last attempt failed, one line
     updated_at: datetime
+
+
+_COLUMNS = ", ".join(IngestStatus.model_fields)  # the table's columns, in the model's order
 
 
 class IngestQueue:
@@ -135,13 +137,4 @@ class IngestQueue:
 
 
 def _status(row: tuple) -> IngestStatus:
-    document_id, name, path, status, attempts, reason, updated_at = row
-    return IngestStatus(
-        document_id=document_id,
-        name=name,
-        path=path,
-        status=status,
-        attempts=attempts,
-        reason=reason,
-        updated_at=updated_at,
-    )
+    return IngestStatus(**dict(zip(IngestStatus.model_fields, row, strict=True)))
