@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import fasteners
@@ -121,20 +121,17 @@ def _start_server(pgdata: Path) -> str:
 
 
 def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
-    """What a failed initdb or pg_ctl start means: "disk full" when that is why (the server's log
-    says so, or the disk has under 16 MB left), else the original error."""
+    """What a failed initdb or pg_ctl start means: "disk full" when that is why (its output says so,
+    or the disk has under 16 MB left), else the original error."""
     said = " ".join(
         str(part) for part in (exc, getattr(exc, "stderr", ""), getattr(exc, "output", "")) if part
     )
-    log = pgdata.parent / f"{pgdata.name}.log"
-    for candidate in (pgdata / "log", log, pgdata.with_name("pgdata.log")):
-        if candidate.is_file():
-            with suppress(OSError):
-                said += candidate.read_text(errors="replace")[-4000:]
     free = _free_bytes(pgdata)
-    if "No space left on device" in said or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
-        return DiskFullError(pgdata, "the embedded Postgres cannot start")
-    if free is not None and free < 16 * 2**20:
+    if (
+        "No space left on device" in said
+        or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+        or (free is not None and free < 16 * 2**20)
+    ):
         return DiskFullError(pgdata, "the embedded Postgres cannot start")
     return exc
 
