@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import fasteners
@@ -103,7 +103,11 @@ def start_embedded(pgdata: Path) -> str:
                 pgdata.mkdir(exist_ok=True)
                 url = _start_server(pgdata)
         except (OSError, subprocess.SubprocessError, AssertionError) as exc:  # pgserver asserts on initdb
-            raise _start_failure(pgdata, exc) from exc
+            failure = _start_failure(pgdata, exc)
+            ready = None if isinstance(failure, DiskFullError) else _ready_embedded(pgdata)
+            if ready is None:
+                raise failure from exc
+            url = ready.url  # pgserver read postmaster.pid while Postgres was still writing it
         _embedded_urls[pgdata] = url
         _url_owners[url] = pgdata
         return url
@@ -134,6 +138,21 @@ def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
     ):
         return DiskFullError(pgdata, "the embedded Postgres cannot start")
     return exc
+
+
+def _ready_embedded(pgdata: Path, timeout: float = 10.0) -> EmbeddedServer | None:
+    """The server on `pgdata` once its postmaster.pid says it is ready (accepting connections), or
+    None when none runs or it is not ready within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server = running_embedded(pgdata)
+        if server is None:
+            return None
+        with suppress(OSError):
+            if (pgdata / "postmaster.pid").read_text().rstrip().endswith("ready"):  # its status line
+                return server
+        time.sleep(0.2)
+    return None
 
 
 def restart_embedded(pgdata: Path) -> str:
