@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from vision_rag_pipeline.api import create_app
-from vision_rag_pipeline_tests.test_api import serving
+from vision_rag_pipeline_tests.test_api import SAMPLE_MHTML, call, multipart, serving
 
 CLI = [sys.executable, "-m", "vision_rag_pipeline.cli"]
 LOAD_SECONDS = 14.0  # searches keep coming this long after the kill
@@ -132,10 +132,15 @@ def test_serve_answers_again_seconds_after_its_postgres_is_killed(
 
 
 def test_an_external_database_that_is_down_is_503_with_retry_after_and_health_says_so(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("VISION_RAG_PG_URL", f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres")
-    with serving(create_app(ingest_on_upload=False)) as url:
+    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
+    with serving(create_app()) as url:
+        payload, content_type = multipart([(SAMPLE_MHTML.name, SAMPLE_MHTML.read_bytes())], {})
+        status, body = call(f"{url}/upload", payload, content_type)
+        assert status == 503 and "unavailable" in body["detail"], "an upload it cannot register is refused"
+        assert list((tmp_path / "inbox").iterdir()) == [], "and leaves nothing behind to be lost"
         status, body, headers = _request(f"{url}/health")
         assert status == 503 and "unavailable" in body["detail"] and int(headers["retry-after"]) > 0
         status, body, headers = _request(f"{url}/search", {"query": "revenue", "mode": "vector"})
