@@ -29,6 +29,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt_install "${missing[@]}"
 fi
 
+# Redis, the Celery broker of the multi-host test (test_multihost.py starts its own server).
+command -v redis-server >/dev/null || apt_install redis-server
+
 # Headless Chromium for the UI test (marked `browser`; it skips without it).
 if ! command -v chromium >/dev/null && [ "${VISION_RAG_SKIP_BROWSER:-}" != 1 ]; then
   echo "setup: installing chromium (for the browser test; VISION_RAG_SKIP_BROWSER=1 skips)" >&2

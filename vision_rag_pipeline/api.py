@@ -57,6 +57,7 @@ from vision_rag_pipeline.core.config import (
     home,
     inbox_dir,
     load_config,
+    require_shared_stores,
 )
 from vision_rag_pipeline.core.postgres import DatabaseUnavailable, DiskFullError, connect
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
@@ -399,6 +400,7 @@ def _save_upload(upload: UploadFile, inbox: Path) -> tuple[Path, bool]:
 
 
 def create_app(ingest_on_upload: bool = True) -> FastAPI:
+    require_shared_stores()  # a multi-node API without them would answer from this host's own index
     ingestor = _Ingestor() if ingest_on_upload else None
     image_slots = _ImageQuerySlots()
 

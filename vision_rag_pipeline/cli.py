@@ -53,7 +53,27 @@ def _print_hits(hits: list[dict]) -> None:
         print(f"     {snippet}")
 
 
+def cmd_ingest_submit(args: argparse.Namespace) -> int:
+    """Register the files and queue one run per changed file; print the run ids."""
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.defs.submit import submit_paths
+
+    report = submit_paths(dagster_instance(), args.paths, force=args.force)
+    if args.json:
+        _print_json(report.model_dump())
+    else:
+        for run in report.submitted:
+            print(f"{run.run_id} {run.path} ({run.document_id})")
+        for path in report.unchanged:
+            print(f"unchanged {path}", file=sys.stderr)
+    for failed in report.failed:
+        print(f"FAILED {failed.error}", file=sys.stderr)
+    return 1 if report.failed else 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if args.submit:
+        return cmd_ingest_submit(args)
     from vision_rag_pipeline.defs.runner import ingest_paths
 
     report = ingest_paths(
@@ -268,7 +288,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     samples = sorted(str(p) for p in SAMPLES.iterdir() if p.suffix.lower() in (".mhtml", ".mht", ".pdf"))
     print(f"Ingesting {len(samples)} bundled sample documents into {home()} ...")
     status = cmd_ingest(
-        argparse.Namespace(paths=samples, json=False, workers=None, verbose=args.verbose, force=False)
+        argparse.Namespace(
+            paths=samples, json=False, workers=None, verbose=args.verbose, force=False, submit=False
+        )
     )
     for query in DEMO_QUERIES:
         print(f"\nsearch: {query!r}")
@@ -306,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="run every file, even one whose bytes and settings are those of its last complete run",
+    )
+    ingest.add_argument(
+        "--submit",
+        action="store_true",
+        help="queue one run per changed file for the instance's run coordinator (the daemon, a cluster) "
+        "instead of running them here; prints the run ids",
     )
     ingest.set_defaults(func=cmd_ingest, starts_database=True)
 
@@ -384,6 +412,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from vision_rag_pipeline.core.config import SplitBrainError, require_shared_stores
+
+    try:  # before anything starts a database or opens an index on this host
+        require_shared_stores()
+    except SplitBrainError as exc:
+        print(f"vision-rag: {exc}", file=sys.stderr)
+        return 2
     with _index_database_starting(getattr(args, "starts_database", False)):
         return _run_command(args)
 

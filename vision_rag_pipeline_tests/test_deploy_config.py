@@ -25,8 +25,8 @@ from dagster._core.instance.config import dagster_instance_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION_YAML = "docker/dagster.yaml"
-DAGSTER_SERVICES = ("user_code", "webserver", "daemon")
-SERVICE_PORTS = {"postgres": 5432, "elasticsearch": 9200}
+DAGSTER_SERVICES = ("user_code", "webserver", "daemon", "worker")
+SERVICE_PORTS = {"postgres": 5432, "elasticsearch": 9200, "redis": 6379}
 _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?::?-(?P<default>[^}]*))?\}")
 
 
@@ -191,13 +191,36 @@ def test_webserver_and_daemon_load_the_docker_workspace_and_the_ui_is_on_3000(
     assert f"3000:{port}" in published
 
 
-def test_the_inbox_and_run_storage_are_volumes_that_outlive_containers(services: dict[str, Any]) -> None:
+def test_the_inbox_is_a_volume_and_compute_logs_need_none(services: dict[str, Any]) -> None:
     home = environment(services["user_code"])["VISION_RAG_HOME"]
     user_code_mounts = {compose_value(v).split(":")[1] for v in services["user_code"]["volumes"]}
     assert {home, f"{home}/inbox"} <= user_code_mounts
-    storage = f"{environment(services['webserver'])['DAGSTER_HOME']}/storage"
+    # Step output goes to the Dagster database, which every container (and host) reaches: no
+    # service shares the Dagster home's storage through a volume.
+    compute_logs = _load(PRODUCTION_YAML)["compute_logs"]
+    assert (compute_logs["module"], compute_logs["class"]) == (
+        "vision_rag_pipeline.defs.compute_logs",
+        "PostgresComputeLogManager",
+    )
+    assert (
+        compute_logs["config"]["postgres_db"] == _load(PRODUCTION_YAML)["storage"]["postgres"]["postgres_db"]
+    )
+    dagster_home = environment(services["webserver"])["DAGSTER_HOME"]
     for name in DAGSTER_SERVICES:
-        assert any(v.endswith(f":{storage}") for v in services[name]["volumes"]), f"{name}: {storage}"
+        assert not any(dagster_home in v for v in services[name].get("volumes", [])), name
+
+
+def test_the_celery_worker_scales_and_sees_what_the_code_server_sees(services: dict[str, Any]) -> None:
+    worker, user_code = services["worker"], services["user_code"]
+    assert command(worker)[:3] == ["dagster-celery", "worker", "start"]
+    assert option(command(worker), "-A", "--app") == "vision_rag_pipeline.defs.celery_worker"
+    assert not {"container_name", "ports", "hostname"} & set(worker), "--scale needs anonymous replicas"
+    assert environment(worker) == environment(user_code), "one environment for the run and its steps"
+    broker = urlsplit(environment(worker)["VISION_RAG_CELERY_BROKER_URL"])
+    assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", SERVICE_PORTS["redis"])
+    assert worker["profiles"] == services["redis"]["profiles"] == ["celery"]
+    assert {"postgres", "elasticsearch", "redis"} <= set(worker["depends_on"])
+    assert environment(user_code)["VISION_RAG_MULTI_NODE"] == "1"
 
 
 def test_dockerfile_installs_tesseract_cpu_torch_and_the_project(dockerfile: str) -> None:

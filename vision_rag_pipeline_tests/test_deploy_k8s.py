@@ -17,18 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import dagster
+import psycopg
 import pytest
 import yaml
 from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
 from dagster_k8s import K8sRunLauncher
 
-from vision_rag_pipeline.core.config import EXECUTOR_ENV, MULTI_NODE_ENV
+from vision_rag_pipeline.core.config import (
+    CELERY_BROKER_ENV,
+    CELERY_VISIBILITY_ENV,
+    EXECUTOR_ENV,
+    MULTI_NODE_ENV,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "vision_rag_pipeline.definitions"
 SHARED_WITH_DOCKER = (
     "storage",
+    "compute_logs",
     "run_coordinator",
     "concurrency",
     "run_retries",
@@ -98,6 +105,21 @@ def test_the_helm_values_render_the_k8s_instance(values: dict[str, Any], instanc
         "granularity": pools["granularity"],
     }
     assert values["telemetry"] == instance["telemetry"]
+    custom = values["computeLogManager"]["config"]["customComputeLogManager"]
+    assert values["computeLogManager"]["type"] == "CustomComputeLogManager"
+    assert (custom["module"], custom["class"]) == (
+        instance["compute_logs"]["module"],
+        instance["compute_logs"]["class"],
+    )
+    chart_db = values["postgresql"]
+    assert custom["config"]["postgres_db"] | {"password": None} == {
+        "scheme": instance["storage"]["postgres"]["postgres_db"]["scheme"],
+        "hostname": chart_db["postgresqlHost"],
+        "port": chart_db["service"]["port"],
+        "username": chart_db["postgresqlUsername"],
+        "password": None,
+        "db_name": chart_db["postgresqlDatabase"],
+    }
     assert values["postgresql"]["enabled"] is False  # the index needs pgvector: bring a Postgres that has it
 
 
@@ -138,10 +160,10 @@ print(json.dumps({"executor": job.executor_def.name}))
 """
 
 
-def _probe(env_value: str) -> subprocess.CompletedProcess:
+def _probe(env_value: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", _EXECUTOR_PROBE, str(ROOT / "deploy/k8s/run_config.yaml")],
-        env={**os.environ, EXECUTOR_ENV: env_value, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, EXECUTOR_ENV: env_value, "PYTHONPATH": str(ROOT), **extra},
         capture_output=True,
         text=True,
         timeout=300,
@@ -152,5 +174,175 @@ def test_k8s_job_executor_is_chosen_by_the_environment_and_accepts_the_run_confi
     probe = _probe("k8s_job")
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert json.loads(probe.stdout.splitlines()[-1]) == {"executor": "k8s"}
-    wrong = _probe("celery")
-    assert wrong.returncode != 0 and f"{EXECUTOR_ENV}='celery'" in wrong.stderr
+    wrong = _probe("dask")
+    assert wrong.returncode != 0 and f"{EXECUTOR_ENV}='dask'" in wrong.stderr
+
+
+_CELERY_PROBE = """
+import json
+from vision_rag_pipeline.defs.definitions import defs
+executor = defs.resolve_job_def("ingest_document").executor_def
+print(json.dumps({"executor": executor.name, "config": executor.apply_config_mapping({}).value["config"]}))
+"""
+
+
+def test_celery_executor_takes_broker_backend_and_delivery_from_the_environment() -> None:
+    env = {**os.environ, EXECUTOR_ENV: "celery", "PYTHONPATH": str(ROOT)}
+    env.pop(CELERY_BROKER_ENV, None)
+    refused = subprocess.run(
+        [sys.executable, "-c", _CELERY_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert refused.returncode != 0 and f"needs {CELERY_BROKER_ENV}" in refused.stderr
+    env |= {CELERY_BROKER_ENV: "redis://broker.example:6379/0", CELERY_VISIBILITY_ENV: "900"}
+    chosen = subprocess.run(
+        [sys.executable, "-c", _CELERY_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    probe = json.loads(chosen.stdout.splitlines()[-1])
+    assert probe["executor"] == "celery"
+    config = probe["config"]
+    assert config["broker"] == config["backend"] == "redis://broker.example:6379/0"
+    delivery = config["config_source"]
+    assert delivery["task_acks_late"] and delivery["task_reject_on_worker_lost"]
+    assert delivery["broker_transport_options"]["visibility_timeout"] == 900
+
+
+# ---------------------------------------------------------------------------------------------------
+# The real K8sRunLauncher, built from deploy/k8s/dagster.yaml, launching a run against a recording
+# Batch API (as dagster-k8s' own unit tests do); then the recorded Job's container command runs on
+# a "pod": another host (network + mount namespace) holding only the Job's environment, the Secret
+# it names and what the image holds. The instance settings travel in the command (dagster-k8s
+# serializes the instance into `dagster api execute_run`), the stores' addresses in the Secret.
+
+IMAGE = "registry.example.com/vision-rag-pipeline:0.1.0"
+FAKE_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+current-context: recorded
+contexts: [{name: recorded, context: {cluster: recorded}}]
+clusters: [{name: recorded, cluster: {server: "https://kubernetes.invalid"}}]
+"""
+
+
+def _image_env(pod_root: str) -> dict[str, str]:
+    """The Dockerfile's ENV, with the project installed where this test's code is."""
+    return {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin:/usr/bin:/bin"]),
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "HOME": f"{pod_root}/home",
+        "VISION_RAG_HOME": f"{pod_root}/vision_rag",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def _pod_env(container: Any, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it: `env` (values and secret keys),
+    then every Secret of `env_from`."""
+    env: dict[str, str] = {}
+    for source in container.env_from or []:
+        env |= secrets[source.secret_ref.name]
+    for var in container.env or []:
+        if var.value_from is not None:
+            ref = var.value_from.secret_key_ref
+            env[var.name] = secrets[ref.name][ref.key]
+        else:
+            env[var.name] = var.value
+    return env
+
+
+@pytest.mark.slow
+def test_the_k8s_run_launcher_launches_a_job_whose_command_runs_the_run(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from unittest import mock
+
+    from dagster._core.launcher import LaunchRunContext
+
+    from vision_rag_pipeline.cli import SAMPLES
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.submit import code_location_workspace, create_ingest_run
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
+    from vision_rag_pipeline_tests.hosts import Lan, ServiceHost, namespaces_unavailable
+    from vision_rag_pipeline_tests.test_deploy_config import production_instance_env
+
+    reason = namespaces_unavailable()
+    if reason:
+        pytest.skip(f"no separate hosts here: {reason}")
+    instance_yaml = _load("deploy/k8s/dagster.yaml")
+    launcher_config = instance_yaml["run_launcher"]["config"]
+    lan = Lan()
+    try:
+        services = ServiceHost(lan.add("services"), tmp_path / "services")
+        services.create_database("dagster")
+        services.create_database("vision_rag")
+        # The Secret the instance names: the stores as the pod reaches them, over the network.
+        secrets = {
+            name: services.shared_env("dagster", "vision_rag") for name in launcher_config["env_secrets"]
+        }
+
+        # This process is the daemon: the same instance (minus the launcher, which needs a cluster
+        # to be built from the file), reaching Postgres through its socket.
+        for name, value in production_instance_env(services.admin_url("dagster"), "dagster").items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("DAGSTER_CURRENT_IMAGE", IMAGE)  # as the chart sets it on the code server
+        home = tmp_path / "daemon"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(
+            yaml.safe_dump({key: value for key, value in instance_yaml.items() if key != "run_launcher"})
+        )
+        instance = dagster.DagsterInstance.from_config(str(home))
+        pdf = SAMPLES / "larkspur_q3_2024_operations_review.pdf"
+        document_id = DocumentRegistry(services.admin_url("vision_rag")).register(str(pdf)).document_id
+        instance.add_dynamic_partitions(documents_partitions.name, [document_id])
+
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(FAKE_KUBECONFIG)
+        batch_api = mock.MagicMock()
+        checked = process_config(K8sRunLauncher.config_type(), launcher_config)
+        assert checked.success, [error.message for error in checked.errors]
+        launcher = K8sRunLauncher(
+            **{**checked.value, "load_incluster_config": False, "kubeconfig_file": str(kubeconfig)},
+            k8s_client_batch_api=batch_api,
+        )
+        launcher.register_instance(instance)
+        with code_location_workspace(instance) as workspace:
+            # Steps in the run's process: this tests the pod's wiring, not an executor.
+            run = create_ingest_run(
+                instance, workspace, document_id, {"execution": {"config": {"in_process": {}}}}
+            )
+            launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=workspace))
+
+        [(method, _, call)] = [c for c in batch_api.method_calls if c[0] == "create_namespaced_job"]
+        job = call["body"]
+        assert call["namespace"] == launcher_config["job_namespace"]
+        pod_spec = job.spec.template.spec
+        assert pod_spec.service_account_name == launcher_config["service_account_name"]
+        [container] = pod_spec.containers
+        assert container.image == IMAGE
+        argv = [*(container.command or []), *container.args]
+        assert argv[:3] == ["dagster", "api", "execute_run"]
+        shipped = json.loads(argv[3])["instance_ref"]  # the instance travels in the command
+        assert shipped["compute_logs_data"]["class_name"] == "PostgresComputeLogManager"
+
+        # The pod: its own host, a private tmpfs over /opt (its home) and over this test's folders
+        # (it must need nothing of the daemon's disk), and nothing of this test's environment but
+        # what the Job and the image give.
+        pod_root = "/opt"
+        pod = lan.add("pod", private=[Path(pod_root), tmp_path_factory.getbasetemp()])
+        env = _image_env(pod_root) | _pod_env(container, secrets)
+        assert env["DAGSTER_HOME"] == launcher_config["dagster_home"] and env["VISION_RAG_MULTI_NODE"] == "1"
+        setup = f'mkdir -p "{env["DAGSTER_HOME"]}" "{env["HOME"]}" "{env["VISION_RAG_HOME"]}" && cd "{env["HOME"]}"'
+        done = subprocess.run(
+            pod.command(argv, setup=setup), env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        stored = instance.get_run_by_id(run.run_id)
+        assert stored is not None and stored.status == dagster.DagsterRunStatus.SUCCESS, done.stderr[-4000:]
+        with psycopg.connect(services.admin_url("vision_rag")) as conn:
+            [(chunks,)] = conn.execute("SELECT count(*) FROM chunks WHERE document_id = %s", (document_id,))
+        assert chunks > 0
+        instance.dispose()
+    finally:
+        lan.close()

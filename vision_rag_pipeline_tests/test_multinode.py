@@ -146,3 +146,144 @@ def test_two_nodes_sharing_only_postgres_re_enrich_each_others_partitions(
     # Nothing a run needs was left on a node's disk: no file there is named after a partition.
     for node in nodes:
         assert not [path for path in node.root.rglob("*") if path.name in document_ids]
+
+
+def _multi_node_env(home: Path, **stores: str) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("VISION_RAG_PG_URL", "VISION_RAG_ES_URL")
+    }
+    return env | {
+        MULTI_NODE_ENV: "1",
+        "VISION_RAG_HOME": str(home),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "HOME": str(home),
+        "PYTHONPATH": str(ROOT),
+        **stores,
+    }
+
+
+@pytest.mark.parametrize(
+    ("stores", "missing"),
+    [
+        ({}, "VISION_RAG_PG_URL and VISION_RAG_ES_URL are not"),
+        ({"VISION_RAG_ES_URL": "http://es.invalid:9200"}, "VISION_RAG_PG_URL is not"),
+        ({"VISION_RAG_PG_URL": "postgresql://pg.invalid/db"}, "VISION_RAG_ES_URL is not"),
+    ],
+)
+def test_every_process_of_a_multi_node_deployment_refuses_to_start_without_the_shared_stores(
+    tmp_path: Path, stores: dict[str, str], missing: str
+) -> None:
+    pdf = SAMPLES / "larkspur_q3_2024_operations_review.pdf"
+    processes = {
+        "cli": [str(BIN / "vision-rag"), "ingest", str(pdf)],
+        "api": [sys.executable, "-c", "from vision_rag_pipeline.api import create_app; create_app()"],
+        "code location": [sys.executable, "-c", "import vision_rag_pipeline.definitions"],
+        "worker": [str(BIN / "celery"), "-A", "vision_rag_pipeline.defs.celery_worker", "worker"],
+    }
+    for name, command in processes.items():
+        home = tmp_path / name.replace(" ", "_")
+        home.mkdir()
+        env = _multi_node_env(home, **stores) | {
+            "VISION_RAG_EXECUTOR": "celery",
+            "VISION_RAG_CELERY_BROKER_URL": "redis://broker.invalid:6379/0",
+        }
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0, name
+        assert missing in done.stderr, f"{name}: {done.stderr[-2000:]}"
+        assert sorted(p.name for p in home.iterdir()) == [], f"{name} created {list(home.iterdir())}"
+    cli_lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert cli_lines, "the worker said why"
+
+
+def test_the_cli_refuses_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN / "vision-rag"), "search", "revenue"],
+        env=_multi_node_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "vision-rag: VISION_RAG_MULTI_NODE is set but VISION_RAG_PG_URL and VISION_RAG_ES_URL are not: "
+        "every host must use the same Postgres and Elasticsearch; refusing to start"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ingest_submit_queues_one_run_per_file_for_the_daemon(
+    tmp_path: Path, pg_url: str, fresh_database: str, dagster_database: str
+) -> None:
+    node = Node(
+        tmp_path / "node",
+        production_instance_env(pg_url, dagster_database) | {"VISION_RAG_PG_URL": fresh_database},
+    )
+    files = sorted(str(path) for path in SAMPLES.iterdir() if path.suffix in (".mhtml", ".pdf"))
+    submitted = json.loads(
+        finished(node.start(str(BIN / "vision-rag"), "ingest", "--submit", *files, "--json"))
+    )
+    runs = {run["path"]: run for run in submitted["submitted"]}
+    assert set(runs) == set(files)
+
+    instance_env = production_instance_env(pg_url, dagster_database)
+    probe = subprocess.run(
+        [sys.executable, "-c", _QUEUED_RUNS_PROBE, *(run["run_id"] for run in runs.values())],
+        env={**node.env, **instance_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    queued = json.loads(probe.stdout.splitlines()[-1])
+    for path, run in runs.items():
+        assert queued[run["run_id"]] == {
+            "status": "QUEUED",
+            "job": "ingest_document",
+            "partition": document_id_for(path),
+            "location": "vision_rag_pipeline.definitions",
+        }
+    with psycopg.connect(fresh_database) as conn:  # the bytes are in the registry, for any host
+        stored = dict(conn.execute("SELECT document_id, length(content) FROM documents").fetchall())
+    assert {document_id_for(path): Path(path).stat().st_size for path in files}.items() <= stored.items()
+
+
+_QUEUED_RUNS_PROBE = """
+import json, sys, dagster as dg
+instance = dg.DagsterInstance.get()
+print(json.dumps({
+    run.run_id: {
+        "status": run.status.value,
+        "job": run.job_name,
+        "partition": run.tags.get("dagster/partition"),
+        "location": run.remote_job_origin.location_name,
+    }
+    for run in instance.get_runs(dg.RunsFilter(run_ids=sys.argv[1:]))
+}))
+"""
+
+
+def test_ingest_submit_refuses_an_instance_without_a_run_queue(tmp_path: Path) -> None:
+    """An instance that launches runs itself (Dagster's default launcher) cannot launch a code
+    location loaded in the CLI's process: said up front, no run made."""
+    (tmp_path / "dagster").mkdir()
+    (tmp_path / "dagster" / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster.core.run_coordinator\n  class: DefaultRunCoordinator\n"
+    )
+    env = {**os.environ, "VISION_RAG_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    env.pop(MULTI_NODE_ENV, None)
+    done = subprocess.run(
+        [
+            str(BIN / "vision-rag"),
+            "ingest",
+            "--submit",
+            str(SAMPLES / "larkspur_q3_2024_operations_review.pdf"),
+        ],
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert "--submit needs a Dagster instance with a run queue" in done.stderr

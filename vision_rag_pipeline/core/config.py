@@ -5,7 +5,8 @@ produces, `load_config` (the file named by `VISION_RAG_CONFIG`, JSON or YAML, or
 defaults), and one reader per environment variable: where local state lives (`VISION_RAG_HOME`,
 `DAGSTER_HOME`, `VISION_RAG_INBOX`), which servers hold the index (`VISION_RAG_PG_URL`,
 `VISION_RAG_ES_*`), the vision endpoint (`OPENAI_*`, `AZURE_OPENAI_*`), how work is spread
-(`VISION_RAG_THREADS`, `VISION_RAG_INGEST_WORKERS`, `VISION_RAG_EXECUTOR`, `VISION_RAG_MULTI_NODE`),
+(`VISION_RAG_THREADS`, `VISION_RAG_INGEST_WORKERS`, `VISION_RAG_EXECUTOR`, `VISION_RAG_MULTI_NODE`,
+`VISION_RAG_CELERY_*`),
 the sensor interval and reindex schedule read when the code location loads, and the API token.
 Every other module asks here, so this file is the list of what a deployment can set.
 """
@@ -310,8 +311,76 @@ def ingest_workers() -> int | None:
 
 
 def executor_choice() -> str:
-    """`VISION_RAG_EXECUTOR`: `k8s_job` for a pod per step, empty for Dagster's default executor."""
+    """`VISION_RAG_EXECUTOR`: `k8s_job` for a pod per step, `celery` for steps on Celery workers, empty
+    for Dagster's default executor."""
     return os.environ.get(EXECUTOR_ENV, "")
+
+
+class SplitBrainError(ConfigError):
+    """A multi-node deployment without the shared stores: each host would keep its own index."""
+
+
+def require_shared_stores() -> None:
+    """Refuse to start where `VISION_RAG_MULTI_NODE` is set and either shared store is not named.
+
+    Called first by every process (CLI, API, code location load, Celery workers), before anything
+    opens a store: without `VISION_RAG_PG_URL` a process would start its own embedded Postgres, and
+    without `VISION_RAG_ES_URL` keep a tantivy index on its own disk; a step on another host would
+    then miss the documents registered here ("document ... is not registered").
+    """
+    if not multi_node():
+        return
+    missing = [
+        name for name, value in ((PG_URL_ENV, postgres_url()), (ES_URL_ENV, elasticsearch_url())) if not value
+    ]
+    if missing:
+        raise SplitBrainError(
+            f"{MULTI_NODE_ENV} is set but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
+            "every host must use the same Postgres and Elasticsearch; refusing to start"
+        )
+
+
+CELERY_BROKER_ENV = "VISION_RAG_CELERY_BROKER_URL"
+CELERY_BACKEND_ENV = "VISION_RAG_CELERY_BACKEND_URL"
+CELERY_VISIBILITY_ENV = "VISION_RAG_CELERY_VISIBILITY_TIMEOUT_SECONDS"
+
+
+@dataclass(frozen=True, repr=False)
+class CelerySettings:
+    """Where the Celery executor sends steps and reads their results, the same for the launching
+    run and every worker: `VISION_RAG_CELERY_BROKER_URL` (e.g. `redis://redis:6379/0`),
+    `VISION_RAG_CELERY_BACKEND_URL` (default: the broker URL, which suits Redis) and
+    `VISION_RAG_CELERY_VISIBILITY_TIMEOUT_SECONDS`: how long a step's message stays with a worker
+    before the broker hands it to another, i.e. how soon a step of a worker that died is run again.
+    It must exceed the longest step (Redis redelivers a step still running after it), so it
+    defaults to Kombu's hour."""
+
+    broker_url: str
+    backend_url: str
+    visibility_timeout_s: int = 3600
+
+    @classmethod
+    def from_env(cls) -> CelerySettings:
+        broker = os.environ.get(CELERY_BROKER_ENV)
+        if not broker:
+            raise ConfigError(f"{EXECUTOR_ENV}=celery needs {CELERY_BROKER_ENV} (e.g. redis://redis:6379/0)")
+        return cls(
+            broker_url=broker,
+            backend_url=os.environ.get(CELERY_BACKEND_ENV) or broker,
+            visibility_timeout_s=int(os.environ.get(CELERY_VISIBILITY_ENV) or 3600),
+        )
+
+    def __repr__(self) -> str:
+        return f"CelerySettings(broker={url_without_credentials(self.broker_url)!r})"
+
+
+def url_without_credentials(url: str) -> str:
+    """The URL without any user:password part (and query), fit for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 SENSOR_INTERVAL_ENV = "VISION_RAG_SENSOR_INTERVAL_SECONDS"
@@ -409,11 +478,7 @@ class ElasticsearchSettings:
     @property
     def safe_url(self) -> str:
         """The URL without any user:password part, fit for messages and logs."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+        return url_without_credentials(self.url)
 
     def __repr__(self) -> str:
         return f"ElasticsearchSettings(url={self.safe_url!r}, alias={self.alias!r})"

@@ -33,7 +33,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
 
-from vision_rag_pipeline.core.config import home, postgres_url
+from vision_rag_pipeline.core.config import home, postgres_url, require_shared_stores
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
@@ -53,12 +53,14 @@ def quiet_embedded_server_notice() -> None:
 
 
 def database_url() -> str:
-    """The libpq URL of the index database, starting the embedded server when none is configured."""
+    """The libpq URL of the index database, starting the embedded server when none is configured
+    (never in a multi-node deployment: there it refuses, see `require_shared_stores`)."""
     url = postgres_url()
     if url:
         return url.replace("postgresql+psycopg2://", "postgresql://").replace(
             "postgresql+psycopg://", "postgresql://"
         )
+    require_shared_stores()
     return start_embedded(embedded_data_dir())
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.host_inputs import host_input_tags
 from vision_rag_pipeline.defs.jobs import REENRICH_SELECTION
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
@@ -77,7 +78,7 @@ def submit_reenrich_backfill(
         partition_names=_partitions(instance, partitions),
         asset_selection=sorted(REENRICH_SELECTION.resolve(defs.resolve_asset_graph())),
         backfill_timestamp=get_current_timestamp(),
-        tags={"vision_rag/backfill": "cli"},
+        tags={"vision_rag/backfill": "cli", **host_input_tags()},
         dynamic_partitions_store=instance,
         all_partitions=False,
         title="vision-rag re-enrichment",

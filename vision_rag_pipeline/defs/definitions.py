@@ -26,14 +26,22 @@ from vision_rag_pipeline.defs.versions import code_versions, version_sensor
 
 def _executor() -> dg.ExecutorDefinition | None:
     """A Kubernetes pod per step (dagster-k8s `k8s_job_executor`) when VISION_RAG_EXECUTOR=k8s_job;
-    otherwise Dagster's default, steps in processes of the run's own process or pod."""
+    each step a task for Celery workers on any host (dagster-celery, defs/celery_executor.py) when
+    VISION_RAG_EXECUTOR=celery; otherwise Dagster's default, steps in processes of the run's own
+    process or pod."""
     choice = executor_choice()
     if choice == "k8s_job":
         from dagster_k8s import k8s_job_executor
 
         return k8s_job_executor
+    if choice == "celery":
+        from vision_rag_pipeline.defs.celery_executor import celery_executor_from_env
+
+        return celery_executor_from_env()
     if choice:
-        raise ValueError(f"{EXECUTOR_ENV}={choice!r}: expected k8s_job, or unset for the default executor")
+        raise ValueError(
+            f"{EXECUTOR_ENV}={choice!r}: expected k8s_job or celery, or unset for the default executor"
+        )
     return None
 
 

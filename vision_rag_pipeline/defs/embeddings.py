@@ -4,6 +4,11 @@ import dagster as dg
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.defs.checks import EVERY_CHUNK_EMBEDDED, every_chunk_embedded
+from vision_rag_pipeline.defs.host_inputs import (
+    EMBEDDING_MODEL,
+    embedding_model_sha256,
+    require_launching_host_inputs,
+)
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
 from vision_rag_pipeline.embeddings.cache import encode_cached
@@ -26,7 +31,9 @@ def chunk_embeddings(
     rag_config: RagConfigResource,
     index_db: IndexDatabase,
 ) -> dg.MaterializeResult:
-    embedding = rag_config.load().embedding
+    config = rag_config.load()
+    require_launching_host_inputs(context, config, EMBEDDING_MODEL)
+    embedding = config.embedding
     vectors, computed = encode_cached(
         [c.text for c in document_chunks],
         embedding.model,
@@ -40,6 +47,7 @@ def chunk_embeddings(
         check_results=[every_chunk_embedded(document_chunks, vectors, dim)],
         metadata={
             "model": model_variant(embedding.model, embedding.precision),
+            "model_files_sha256": embedding_model_sha256(embedding.model),
             "dim": dim,
             "vectors": len(vectors),
             "computed": computed,

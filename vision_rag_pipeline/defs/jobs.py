@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.host_inputs import host_input_tags
 from vision_rag_pipeline.defs.indexes import no_orphan_rows
 from vision_rag_pipeline.defs.partitions import documents_partitions
 
@@ -14,6 +15,7 @@ ingest_document_job = dg.define_asset_job(
     selection=PER_DOCUMENT,
     partitions_def=documents_partitions,
     description="Load, enrich, chunk, embed and index one document (one partition).",
+    run_tags=host_input_tags(),  # what a step on another host must match (defs/host_inputs.py)
 )
 
 reenrich_job = dg.define_asset_job(
@@ -22,4 +24,5 @@ reenrich_job = dg.define_asset_job(
     partitions_def=documents_partitions,
     description="Re-enrich images and rebuild chunks, embeddings and index rows of the selected partitions "
     "(after a prompt or model change); raw documents and image extraction are not re-run.",
+    run_tags=host_input_tags(),
 )

@@ -31,6 +31,7 @@ from dagster import DagsterEventType
 
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
 from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
+from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
@@ -96,7 +97,10 @@ def chunking_version(config: RagConfig) -> str:
 
 
 def embedding_version(config: RagConfig) -> str:
-    """Which model embeds the chunks and at which precision (the batch size does not change a vector).
+    """Which model files embed the chunks and at which precision (the batch size does not change a vector).
+
+    The files by their content hash, never by the name or path that finds them: hosts that keep
+    the same model under different paths agree, and a model replaced under the same name re-embeds.
 
     The precision as configured, never as resolved on this host: every node of a deployment must
     agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
@@ -106,7 +110,9 @@ def embedding_version(config: RagConfig) -> str:
     hardware; changing between any two of the three values re-embeds.
     """
     embedding = config.embedding
-    return _short_hash({"model": embedding.model, "precision": embedding.precision})
+    return _short_hash(
+        {"model_files": embedding_model_sha256(embedding.model), "precision": embedding.precision}
+    )
 
 
 def code_versions() -> dict[str, str]:

@@ -1,0 +1,61 @@
+"""Compute logs in Postgres: output captured on one host is read on another (each with its own
+local folder), partial uploads are replaced by the whole log, and deleting a run's logs removes them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import psycopg
+from dagster._core.storage.compute_log_manager import ComputeIOType
+
+from vision_rag_pipeline.defs.compute_logs import TABLE, PostgresComputeLogManager
+
+
+def _manager(url: str, local_dir: Path) -> PostgresComputeLogManager:
+    return PostgresComputeLogManager(url, local_dir=str(local_dir))
+
+
+def test_output_captured_on_one_host_is_read_on_another(fresh_database: str, tmp_path: Path) -> None:
+    worker = _manager(fresh_database, tmp_path / "worker")
+    key = ["run-1", "compute_logs", "step-a"]
+    with worker.capture_logs(key):
+        print("embedded 12 chunks")
+        print("model loaded", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    assert not list((tmp_path / "worker").rglob("*.out")), "the worker keeps no copy"
+
+    webserver = _manager(fresh_database, tmp_path / "webserver")  # never saw the worker's folder
+    assert webserver.is_capture_complete(key)
+    out, _ = webserver.get_log_data_for_type(key, ComputeIOType.STDOUT, 0, None)
+    err, _ = webserver.get_log_data_for_type(key, ComputeIOType.STDERR, 0, None)
+    assert out == b"embedded 12 chunks\n" and err == b"model loaded\n"
+    assert "postgres" in webserver.get_log_metadata(key).stdout_location
+
+    webserver.delete_logs(prefix=["run-1"])
+    with psycopg.connect(fresh_database) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone() == (0,)
+    assert not webserver.is_capture_complete(key)
+
+
+def test_a_partial_upload_is_readable_then_replaced_by_the_whole_log(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    worker = _manager(fresh_database, tmp_path / "worker")
+    key = ["run-2", "compute_logs", "step-b"]
+    with worker.capture_logs(key):
+        print("first half")
+        sys.stdout.flush()
+        worker.on_progress(key)  # what the upload thread does every `upload_interval` seconds
+        reader = _manager(fresh_database, tmp_path / "reader")
+        partial, _ = reader.get_log_data_for_type(key, ComputeIOType.STDOUT, 0, None)
+        assert partial == b"first half\n"
+        print("second half")
+        sys.stdout.flush()
+    with psycopg.connect(fresh_database) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {TABLE} WHERE partial").fetchone() == (0,)
+    whole, _ = _manager(fresh_database, tmp_path / "other").get_log_data_for_type(
+        key, ComputeIOType.STDOUT, 0, None
+    )
+    assert whole == b"first half\nsecond half\n"
