@@ -33,6 +33,7 @@ INGEST_WORKERS_ENV = "VISION_RAG_INGEST_WORKERS"
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
 API_TOKEN_ENV = "VISION_RAG_API_TOKEN"
+INBOX_SETTLE_ENV = "VISION_RAG_INBOX_SETTLE_SECONDS"
 
 
 class _Strict(BaseModel):
@@ -392,6 +393,12 @@ def sensor_interval_seconds(default: int) -> int:
     return int(os.environ.get(SENSOR_INTERVAL_ENV) or default)
 
 
+def inbox_settle_seconds(default: float) -> float:
+    """How long an inbox file must stay unchanged before it is ingested: `VISION_RAG_INBOX_SETTLE_SECONDS`,
+    else `default` (the inbox sensor's interval: stable over one tick)."""
+    return float(os.environ.get(INBOX_SETTLE_ENV) or default)
+
+
 def reindex_cron() -> str:
     """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
     03:00 every night."""
@@ -428,7 +435,10 @@ class VisionEndpoint:
         )
 
     def __repr__(self) -> str:
-        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={self.base_url!r})"
+        from vision_rag_pipeline.core.redact import redact_url  # a repr reaches logs: no password in it
+
+        base_url = redact_url(self.base_url) if self.base_url else None
+        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={base_url!r})"
 
 
 DEFAULT_ES_ALIAS = "vision-rag-chunks"
