@@ -215,8 +215,16 @@ class ElasticsearchLexicalIndex:
                 filters.append({"match": {"landmarks.header": {"query": words, "operator": "or"}}})
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
-            # multi_match analyses the text per field and never parses query syntax.
-            must = {"multi_match": {"query": query, "fields": self._search_fields(client)}}
+            # multi_match analyses the text per field and never parses query syntax; the document's
+            # header scores beside the text, as tantivy's header field does.
+            must = {
+                "bool": {
+                    "should": [
+                        {"multi_match": {"query": query, "fields": self._search_fields(client)}},
+                        {"match": {"landmarks.header": query}},
+                    ]
+                }
+            }
             response = client.search(
                 index=self.alias,
                 query={"bool": {"must": must, "filter": filters}},
