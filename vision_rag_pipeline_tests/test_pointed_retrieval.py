@@ -45,27 +45,29 @@ def series(instance: dg.DagsterInstance, tmp_path_factory: pytest.TempPathFactor
     return [json.loads(line) for line in (folder / "questions.jsonl").read_text().splitlines()]
 
 
-def _rank(question: dict) -> int | None:
+def _answer(question: dict) -> tuple[bool, int | None]:
+    """Whether the first hit is from the report the question names, and the rank of the first hit
+    of that report holding the fact."""
     hits = search(text=question["question"], k=5)
+    first = bool(hits) and Path(hits[0].document).name == question["document"]
     for rank, hit in enumerate(hits, start=1):
         if Path(hit.document).name == question["document"] and question["fact"] in " ".join(hit.text.split()):
-            return rank
-    return None
+            return first, rank
+    return first, None
 
 
-def test_a_question_naming_quarter_and_site_finds_that_report_of_the_series(series: list[dict]) -> None:
-    text = [q for q in series if q["kind"] == "text"]
-    ranks = [_rank(q) for q in text]
-    # the same sentence stands in all four reports; only the report's quarter tells them apart
-    assert sum(rank == 1 for rank in ranks) >= 0.9 * len(text), list(
-        zip(ranks, [q["question"] for q in text], strict=True)
-    )
-
-
-def test_a_fact_read_off_a_series_chart_is_found_in_the_named_quarter(series: list[dict]) -> None:
-    images = [q for q in series if q["kind"] == "image"]
-    ranks = [_rank(q) for q in images]
-    assert sum(rank is not None for rank in ranks) >= 0.9 * len(images), ranks
+@pytest.mark.parametrize("kind", ["text", "image"])
+def test_a_question_naming_quarter_and_site_finds_that_report_of_the_series(
+    series: list[dict], kind: str
+) -> None:
+    """The same sentences and charts stand in all four reports; only the report's quarter, written as
+    the question writes it or not ("Q3 2024", "the third quarter of 2024", "3Q24"), tells them apart."""
+    asked = [q for q in series if q["kind"] == kind]
+    answers = [_answer(q) for q in asked]
+    assert sum(first for first, _ in answers) >= 0.95 * len(asked)
+    assert sum(rank is not None for _, rank in answers) >= 0.85 * len(asked), [
+        (rank, q["question"]) for (_, rank), q in zip(answers, asked, strict=True) if rank is None
+    ]
 
 
 def _numbered_pdf(path: Path) -> None:

@@ -123,7 +123,7 @@ class Candidates(NamedTuple):
     embeddings: dict[str, np.ndarray]  # their stored vectors, for the rerank's similarities
     matching: set[str]  # those whose metadata contains the metadata filter's (all without one)
     nearest_pages: list[dict[str, float]]  # per query vector: page unit id -> cosine similarity, best first
-    pointed: list[str]  # chunks the question points at, most similar to the first vector first
+    pointed: list[str]  # chunks and page units the question points at, most similar to the first vector first
 
 
 class PgVectorStore:
@@ -248,7 +248,7 @@ class PgVectorStore:
         """
         where, params = _filters(document_ids, kinds or list(CONTENT_KINDS), metadata)
         page_where, page_params = _filters(document_ids, ["page"], None)
-        pointed_on, pointed_params = pointers.condition() if pointers else ("", [])
+        pointed_on, pointed_on_params = pointers.condition() if pointers else ("", [])
         # `position` keeps each scan's order, so equal similarities stay in it as they did alone
         scan = """
             SELECT asked.query, scan.*
@@ -259,9 +259,11 @@ class PgVectorStore:
                     ORDER BY embedding <=> asked.vector LIMIT %s
                 ) AS ordered
             ) AS scan"""
+        # page units too: a pointed page whose text no chunk is cited on (a cover of a few words)
+        pointed_where, pointed_params = _filters(document_ids, [*(kinds or CONTENT_KINDS), "page"], metadata)
         pointed = (
-            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks {where}"
-            f" AND {pointed_on} ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
+            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks"
+            f" {pointed_where} AND {pointed_on} ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
             if pointed_on and len(vectors)
             else "SELECT NULL::text AS chunk_id, NULL::bigint AS position WHERE false"
         )
@@ -292,7 +294,7 @@ class PgVectorStore:
         arguments = [wanted, *params, limit, wanted, *page_params, page_units]
         arguments += [pages_opened, list(pages_also)]
         if pointed_on and len(vectors):
-            arguments += [*params, *pointed_params, wanted[0], limit]
+            arguments += [*pointed_params, *pointed_on_params, wanted[0], limit]
         arguments += [list(also), Jsonb(metadata or {})]
         # binary both ways (%b, the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
