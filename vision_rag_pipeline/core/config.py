@@ -205,6 +205,21 @@ class RetrievalConfig(_Strict):
     # Within those hits, image chunks of Low-confidence OCR (no vision model) come after every
     # other hit: on real PDFs their misreads ("ry) 4 Car te Figur ALWe.") outranked the page text.
     low_confidence_ocr_last: bool = True
+    # Page units (one per PDF page, its whole text; its vector the mean of its chunks'): the pages
+    # nearest the query and best by BM25 are one more ranking, each chunk scored by its page's rank,
+    # and the chunks on the first `pages_opened` of them become candidates.
+    page_weight: float = Field(1.0, ge=0.0)
+    page_units: int = Field(20, ge=0)
+    pages_opened: int = Field(5, ge=0)
+    # Chunks a question points at (a page it names, the cover or last page, a captioned figure or
+    # table it names): one more ranking, by similarity, weighed this much.
+    pointer_weight: float = Field(3.0, ge=0.0)
+    # Across documents: the chunks of documents whose header names a proper name of the question, or
+    # whose period is the question's, by BM25; and how much a document covering another period of
+    # the same kind (the Q2 report when Q1 is asked) keeps of its score.
+    named_weight: float = Field(1.0, ge=0.0)
+    period_weight: float = Field(1.0, ge=0.0)
+    other_period_factor: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class AnswerConfig(_Strict):

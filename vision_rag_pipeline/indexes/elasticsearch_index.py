@@ -22,6 +22,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from vision_rag_pipeline.core.config import ElasticsearchSettings
 from vision_rag_pipeline.indexes.lexical import (
+    LandmarkFilter,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,
@@ -68,6 +69,15 @@ def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any
                 "image": {"type": "keyword"},
                 "page": {"type": "integer"},
                 "text": {"type": "text", "analyzer": "english", "fields": text_fields},
+                "landmarks": {
+                    "properties": {
+                        "page_names": {"type": "keyword"},
+                        "page_count": {"type": "integer"},
+                        "references": {"type": "keyword"},
+                        "periods": {"type": "keyword"},
+                        "header": {"type": "text", "analyzer": "english"},
+                    }
+                },
                 "metadata": {"type": "object", "enabled": False},
             },
         }
@@ -187,18 +197,34 @@ class ElasticsearchLexicalIndex:
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
+        landmarks: LandmarkFilter | None = None,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == [] or not has_searchable_words(query):
             return []
-        filters = []
+        filters: list[dict[str, Any]] = []
         if document_ids is not None:
             filters.append({"terms": {"document_id": document_ids}})
         if kinds is not None:
             filters.append({"terms": {"kind": kinds}})
+        if landmarks is not None:
+            filters += [
+                {"terms": {f"landmarks.{name}": values}} for name, values in landmarks.terms().items()
+            ]
+            if landmarks.header_words is not None:
+                words = " ".join(landmarks.header_words)
+                filters.append({"match": {"landmarks.header": {"query": words, "operator": "or"}}})
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
-            # multi_match analyses the text per field and never parses query syntax.
-            must = {"multi_match": {"query": query, "fields": self._search_fields(client)}}
+            # multi_match analyses the text per field and never parses query syntax; the document's
+            # header scores beside the text, as tantivy's header field does.
+            must = {
+                "bool": {
+                    "should": [
+                        {"multi_match": {"query": query, "fields": self._search_fields(client)}},
+                        {"match": {"landmarks.header": query}},
+                    ]
+                }
+            }
             response = client.search(
                 index=self.alias,
                 query={"bool": {"must": must, "filter": filters}},
