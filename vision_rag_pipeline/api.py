@@ -1,18 +1,25 @@
 """The HTTP API of the reference architecture (`vision-rag serve`), documented at /docs and /openapi.json.
 
 - `POST /upload`: files into the inbox the sensor watches (`VISION_RAG_INBOX`, default
-  `$VISION_RAG_HOME/inbox`) and, so it works without the Dagster daemon, ingested in a background
-  thread too (one at a time; ingestion is idempotent, so the sensor seeing the same file again only
-  re-checks it); 204.
+  `$VISION_RAG_HOME/inbox`), registered (bytes in the index database) and queued before the answer
+  (202 with each file's document id), then, so it works without the Dagster daemon, ingested by a
+  background worker, retried until ingested or failed with a one-line reason (documents/intake.py;
+  ingestion is idempotent, so the sensor seeing the same file again only re-checks it). A name the
+  inbox would skip (hidden, or not .mhtml/.mht/.pdf) is refused with 415.
+- `GET /documents/{document_id}`: where an upload's ingestion stands (pending, running, ingested,
+  failed with its reason). `GET /health`: 200 when the index database answers, else 503.
 - `POST /search`, `POST /chat`: hybrid search and cited answers for a `rag_config` and a query.
 - `POST /enrichment-services/media-enrichment`: the media-enrichment operation on up to 10 images.
 
 A `rag_config` id names the active config (`VISION_RAG_CONFIG` or the defaults) or a file
 `$VISION_RAG_HOME/configs/<id>.json|yaml`. Requests are validated by pydantic (422 with the
 failing field; every string field is bounded, and NUL bytes or lone surrogates anywhere are
-refused), unknown configs are 404, oversized bodies 413 (counted on the stream, so a chunked body
-without Content-Length is cut off too), files that are neither MHTML nor PDF 415. Every error is
-JSON with a `detail`, unexpected ones included (500).
+refused; `detail` is always the list of problems FastAPI's schema says), unknown configs are 404,
+oversized bodies 413 (counted on the stream, so a chunked body without Content-Length is cut off
+too), files that are neither MHTML nor PDF and images that do not decode 415, image queries beyond `MAX_IMAGE_QUERIES` at once
+that waited `IMAGE_QUERY_WAIT_SECONDS` in vain 429, and while the index database is down (it is
+restarted when it is the embedded one) 503 with Retry-After. Every error is JSON with a `detail`,
+unexpected ones included (500).
 
 With `VISION_RAG_API_TOKEN` set, every endpoint but the docs wants `Authorization: Bearer <token>`
 (401 otherwise); `serve` refuses a non-loopback address without one.
@@ -23,17 +30,23 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 import os
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import psycopg
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import Path as PathParameter
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vision_rag_pipeline.core.config import (
@@ -46,7 +59,11 @@ from vision_rag_pipeline.core.config import (
     load_config,
     require_shared_stores,
 )
+from vision_rag_pipeline.core.postgres import DatabaseUnavailable, DiskFullError, connect
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
+from vision_rag_pipeline.documents.inbox import DOCUMENT_SUFFIXES
+from vision_rag_pipeline.documents.intake import IngestQueue, IngestStatus
+from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
@@ -63,8 +80,15 @@ MAX_QUERY_CHARS = 2000
 MAX_NAME_CHARS = 255
 MAX_FILTER_ITEMS = 100
 OPEN_PATHS = {"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}  # readable without a token
+MAX_IMAGE_QUERIES = 2  # image queries decoded and OCR'd at once (each may hold ~100 MB while it runs)
+IMAGE_QUERY_WAIT_SECONDS = 10.0  # how long an image query waits for a turn before it gets 429
+RETRY_AFTER_SECONDS = 5  # what a 503 (database down) or a 429 (image queries busy) asks clients to wait
+INGEST_POLL_SECONDS = 10.0  # how often the upload worker looks for queued uploads due for an attempt
+logger = logging.getLogger("vision_rag_pipeline.api")
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
-ImageField = Annotated[str, Field(max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")]
+ImageField = Annotated[
+    str, Field(min_length=1, max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")
+]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 
 
@@ -103,7 +127,15 @@ class _Request(BaseModel):
         return data
 
 
+def _one_of_given(*fields: str) -> dict[str, Any]:
+    """JSON Schema for "at least one of these fields, as a string": what the endpoint checks too."""
+    given = {"type": "string", "minLength": 1}
+    return {"anyOf": [{"required": [name], "properties": {name: given}} for name in fields]}
+
+
 class SearchRequest(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_given("query", "image"))
+
     rag_config: ConfigId | None = None
     query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     image: ImageField | None = None
@@ -122,16 +154,53 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
 
 
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class UploadedDocument(BaseModel):
+    name: str  # the file name in the inbox (a second file of the same name gets a suffix)
+    document_id: str  # GET /documents/{document_id} tells where its ingestion stands
+    status: str  # "pending" (queued for the server's worker) or "registered" (left to the sensor)
+
+
+class UploadResponse(BaseModel):
+    documents: list[UploadedDocument]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+    database: Literal["up"]
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers a route gives (each JSON `{"detail": "..."}`)."""
+    said = {
+        400: "malformed request body (e.g. a multipart body that cannot be parsed)",
+        401: "missing or wrong API token (only when VISION_RAG_API_TOKEN is set)",
+        404: "unknown rag_config or document",
+        413: "request body, file or image over its limit",
+        415: "not an MHTML web archive or a PDF, a file name the inbox skips, or an image that does not decode",
+        429: "too many image queries at once; retry after Retry-After seconds",
+        503: "the index database is unavailable; retry after Retry-After seconds",
+        507: "disk full where the index database keeps its data",
+    }
+    return {code: {"model": ErrorResponse, "description": said[code]} for code in codes}
+
+
 class ChatRequest(_Request):
     rag_config: ConfigId | None = None
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    # a question needs a character that is not white space (Python's idea of it: \x1c-\x1f count)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"[^\s\x1c-\x1f\x85]")
     image: ImageField | None = None
     k: int | None = Field(None, ge=1, le=50)
 
 
 class EnrichmentImage(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_given("data", "url"))
+
     data: ImageField | None = None
-    url: ImageField | None = None
+    url: Annotated[ImageField, Field(pattern=r"^data:")] | None = None
     name: Name | None = None
     mime: Annotated[str, Field(max_length=100)] | None = None
 
@@ -164,7 +233,7 @@ def resolve_config(config_id: str | None) -> RagConfig:
         if path.is_file():
             config = load_config(path)
             if config.id != config_id:
-                raise HTTPException(422, f"{path.name} declares id {config.id!r}, not {config_id!r}")
+                raise unprocessable(f"{path.name} declares id {config.id!r}, not {config_id!r}", "rag_config")
             return config
     raise HTTPException(404, f"unknown rag_config {config_id!r} (active: {active.id!r})")
 
@@ -173,31 +242,140 @@ def _decode_image(value: str) -> bytes:
     try:
         return decode_image_payload(value, MAX_IMAGE_BYTES)[0]
     except ImagePayloadError as exc:
-        raise HTTPException(413 if exc.too_large else 422, f"image: {exc}") from None
+        raise HTTPException(413 if exc.too_large else 415, f"image: {exc}") from None
+
+
+def unprocessable(message: str, *loc: str | int) -> HTTPException:
+    """A 422 whose `detail` has the shape FastAPI's own 422s have (and its OpenAPI schema says)."""
+    return HTTPException(422, [{"type": "value_error", "loc": ["body", *loc], "msg": message}])
 
 
 class _Ingestor:
-    """Ingests uploaded files one run at a time, off the request thread."""
+    """The upload worker: ingests queued uploads one run at a time, off the request threads,
+    retrying each until it is ingested or failed for good (documents/intake.py). It also picks up
+    what a server that died left queued or half-run."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="upload-ingest")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="upload-ingest", daemon=True)
 
-    def submit(self, paths: list[str]) -> None:
-        from vision_rag_pipeline.defs.runner import ingest_paths
+    def start(self) -> None:
+        self._thread.start()
 
-        self._pool.submit(ingest_paths, paths)
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _work(self) -> None:
+        from vision_rag_pipeline.defs.run_owner import owner_alive, owner_tags
+
+        owner = json.dumps(owner_tags(), sort_keys=True)
+        orphans_handed_back = False
+        while not self._stop.is_set():
+            entry = None
+            try:
+                queue = IngestQueue()
+                if not orphans_handed_back:
+                    queue.hand_back_orphans(lambda tags: bool(tags) and owner_alive(json.loads(tags)))
+                    orphans_handed_back = True
+                entry = queue.claim(owner)
+            except Exception as exc:  # the database is down: the queue is still there at the next poll
+                logger.warning("upload queue unavailable (%s); retrying in %.0f s", exc, INGEST_POLL_SECONDS)
+            if entry is None:
+                self._wake.wait(INGEST_POLL_SECONDS)
+                self._wake.clear()
+                continue
+            self._record(entry, self._ingest(entry))
+
+    @staticmethod
+    def _ingest(entry: IngestStatus) -> str | None:
+        """The attempt's one-line error, or None when the document is ingested."""
+        from vision_rag_pipeline.defs import runner
+
+        try:
+            report = runner.ingest_paths([entry.path])
+        except Exception as exc:
+            return f"{entry.name}: {runner.exception_line(exc)}"
+        return report.failed[0].error if report.failed else None
+
+    def _record(self, entry: IngestStatus, error: str | None) -> None:
+        """Record the outcome, waiting out a database outage (the row stays `running` meanwhile,
+        and a restarted server hands it back)."""
+        while not self._stop.is_set():
+            try:
+                status = IngestQueue().finish(entry.document_id, error)
+            except Exception as exc:
+                logger.warning("cannot record the ingest of %s yet (%s)", entry.name, exc)
+                self._stop.wait(INGEST_POLL_SECONDS)
+                continue
+            if status.status != "ingested":
+                logger.warning("ingest of %s: %s (%s)", entry.name, error, status.status)
+            return
 
 
-def _save_upload(upload: UploadFile, inbox: Path) -> Path:
-    """Stream one upload into the inbox: written aside, size-checked and sniffed, then renamed in."""
+class _ImageQuerySlots:
+    """At most `MAX_IMAGE_QUERIES` image queries decode and OCR at once; the next waits up to
+    `IMAGE_QUERY_WAIT_SECONDS` for a turn, then gets 429 with Retry-After."""
+
+    def __init__(
+        self, slots: int = MAX_IMAGE_QUERIES, wait_seconds: float = IMAGE_QUERY_WAIT_SECONDS
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+        self.wait_seconds = wait_seconds
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        if not self._slots.acquire(timeout=self.wait_seconds):
+            raise HTTPException(
+                429,
+                f"{MAX_IMAGE_QUERIES} image queries are running; retry in a few seconds",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        try:
+            yield
+        finally:
+            self._slots.release()
+            _give_back_memory()
+
+
+def _give_back_memory() -> None:
+    """Return the heap an image query freed to the system (glibc keeps freed arenas otherwise: four
+    large queries left the server 2.4 GB above its baseline)."""
+    import ctypes
+
+    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _inbox_name(upload: UploadFile) -> str:
+    """The upload's file name, if the inbox would take it: 415 with the reason otherwise (the sensor
+    would skip the file, so it would sit there, never indexed)."""
     name = Path(upload.filename or "").name
     problem = _text_problem(name)
-    if not name or name.startswith(".") or problem:
-        raise HTTPException(
-            422, f"upload: invalid file name {upload.filename!r}" + (f" ({problem})" if problem else "")
-        )
+    if problem:
+        raise unprocessable(f"upload: invalid file name {upload.filename!r} ({problem})", "files")
     if len(name.encode()) > MAX_NAME_CHARS:
-        raise HTTPException(422, f"upload: file name over {MAX_NAME_CHARS} bytes: {name[:40]!r}...")
+        raise unprocessable(f"upload: file name over {MAX_NAME_CHARS} bytes: {name[:40]!r}...", "files")
+    if not name.strip():
+        raise HTTPException(
+            415, f"upload: no file name ({upload.filename!r}); the inbox needs .mhtml, .mht or .pdf"
+        )
+    if name.startswith("."):
+        raise HTTPException(415, f"{name}: hidden files (name starting with a dot) are skipped by the inbox")
+    if not name.lower().encode().endswith(DOCUMENT_SUFFIXES):
+        raise HTTPException(415, f"{name}: the inbox takes only .mhtml, .mht and .pdf files")
+    return name
+
+
+def _save_upload(upload: UploadFile, inbox: Path) -> tuple[Path, bool]:
+    """Stream one upload into the inbox: written aside, size-checked and sniffed, then renamed in.
+    Returns its path and whether this request created it (an identical file may be there already)."""
+    name = _inbox_name(upload)
     partial = inbox / f".{uuid.uuid4().hex}.part"
     size = 0
     try:
@@ -214,21 +392,34 @@ def _save_upload(upload: UploadFile, inbox: Path) -> Path:
         target = inbox / name
         if target.exists() and target.read_bytes() != partial.read_bytes():
             target = inbox / f"{target.stem}-{uuid.uuid4().hex[:8]}{target.suffix}"
+        created = not target.exists()
         os.replace(partial, target)
-        return target
+        return target, created
     finally:
         partial.unlink(missing_ok=True)
 
 
 def create_app(ingest_on_upload: bool = True) -> FastAPI:
     require_shared_stores()  # a multi-node API without them would answer from this host's own index
+    ingestor = _Ingestor() if ingest_on_upload else None
+    image_slots = _ImageQuerySlots()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if ingestor is not None:
+            ingestor.start()
+        yield
+        if ingestor is not None:
+            ingestor.stop()
+
     app = FastAPI(
         title="vision-rag",
         summary="Multimodal RAG over MHTML and PDF: upload, search, cited answers, media enrichment.",
         version="1",
+        lifespan=lifespan,
     )
-    ingestor = _Ingestor() if ingest_on_upload else None
     app.state.ingestor = ingestor
+    app.state.image_slots = image_slots
     app.add_middleware(_Guard, token=api_token())
 
     @app.exception_handler(RequestValidationError)
@@ -238,34 +429,110 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
         return JSONResponse({"detail": jsonable_encoder(errors)}, 422)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail
+        if exc.status_code == 422 and isinstance(detail, str):  # the schema says a list of problems
+            detail = [{"type": "value_error", "loc": ["body"], "msg": detail}]
+        return JSONResponse({"detail": detail}, exc.status_code, headers=exc.headers)
+
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": f"internal error ({type(exc).__name__}); see the server log"}, 500)
 
+    @app.exception_handler(psycopg.OperationalError)
+    async def database_down(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+        logger.warning("%s %s: %s", request.method, request.url.path, " ".join(str(exc).split())[:300])
+        return _database_down_reply(exc)
+
+    @app.exception_handler(DiskFullError)
+    async def disk_full(request: Request, exc: DiskFullError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=507)
+
     @app.exception_handler(QueryImageError)
     async def bad_image(request: Request, exc: QueryImageError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return JSONResponse({"detail": str(exc)}, status_code=415)
 
     @app.exception_handler(ConfigError)
     async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=500)
 
-    @app.post("/upload", status_code=204, response_class=Response, summary="Add documents to the index")
+    @app.post(
+        "/upload",
+        status_code=202,
+        response_model=UploadResponse,
+        summary="Add documents to the index",
+        responses=_errors(400, 401, 404, 413, 415, 503, 507),
+    )
     def upload(
-        files: Annotated[list[UploadFile], File(description="MHTML or PDF files")],
+        files: Annotated[
+            list[UploadFile],
+            File(
+                description="MHTML or PDF files",
+                min_length=1,
+                max_length=MAX_UPLOAD_FILES,
+            ),
+        ],
         rag_config: Annotated[str | None, Form(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = None,
-    ) -> Response:
+    ) -> UploadResponse:
+        """Each file is in the inbox, its bytes registered in the index database and (unless the
+        server runs with --no-ingest) queued for ingestion before the answer; on any error none of
+        the files this request brought stays behind."""
         resolve_config(rag_config)
-        if len(files) > MAX_UPLOAD_FILES:
-            raise HTTPException(413, f"{len(files)} files, at most {MAX_UPLOAD_FILES} per upload")
         inbox = inbox_dir()  # the folder the inbox sensor watches (VISION_RAG_INBOX moves both)
         inbox.mkdir(parents=True, exist_ok=True)
-        saved = [_save_upload(upload, inbox) for upload in files]
+        saved: list[tuple[Path, bool]] = []
+        try:
+            for upload in files:
+                saved.append(_save_upload(upload, inbox))
+            registry = DocumentRegistry()
+            queue = IngestQueue() if ingestor is not None else None
+            accepted = []
+            for path, _ in saved:
+                document_id = registry.register(path).document_id
+                status = queue.enqueue(document_id, path.name, str(path)).status if queue else "registered"
+                accepted.append(UploadedDocument(name=path.name, document_id=document_id, status=status))
+        except BaseException:
+            for path, created in saved:
+                if created:
+                    path.unlink(missing_ok=True)
+            raise
         if ingestor is not None:
-            ingestor.submit([str(path) for path in saved])
-        return Response(status_code=204)
+            ingestor.wake()
+        return UploadResponse(documents=accepted)
 
-    @app.post("/search", response_model=SearchResponse, summary="Hybrid search by text and/or image")
+    @app.get(
+        "/documents/{document_id}",
+        response_model=IngestStatus,
+        summary="Where an uploaded document's ingestion stands",
+        responses=_errors(401, 404, 503),
+    )
+    def document_status(document_id: Annotated[str, PathParameter(max_length=200)]) -> IngestStatus:
+        status = IngestQueue().get(document_id)
+        if status is None:
+            raise HTTPException(404, f"no upload with document id {document_id!r}")
+        return status
+
+    @app.get(
+        "/health",
+        response_model=HealthResponse,
+        summary="Whether the server can reach its index database",
+        responses=_errors(401, 503),
+    )
+    def health() -> HealthResponse | JSONResponse:
+        try:
+            with connect() as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError as exc:
+            return _database_down_reply(exc)
+        return HealthResponse(status="ok", database="up")
+
+    @app.post(
+        "/search",
+        response_model=SearchResponse,
+        summary="Hybrid search by text and/or image",
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
+    )
     def search_endpoint(request: SearchRequest) -> SearchResponse:
         config = resolve_config(request.rag_config)
         queries: list[tuple[str, float]] = [(request.query, 1.0)] if request.query else []
@@ -273,42 +540,69 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         if request.image:
             from vision_rag_pipeline.query.image_query import describe_query_image
 
-            picture = describe_query_image(_decode_image(request.image), config)
+            with image_slots.turn():
+                picture = describe_query_image(_decode_image(request.image), config)
         if not queries and not picture:
-            raise HTTPException(422, "give a query or an image")
+            raise unprocessable("give a query or an image", "query")
         filters = Filters(documents=request.documents, kinds=request.kinds, metadata=request.metadata)
         try:
             hits = search_queries(
                 queries, request.k, request.mode, image=picture, filters=filters, config=config
             )
         except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise unprocessable(str(exc)) from None
         return SearchResponse(hits=hits)
 
-    @app.post("/chat", response_model=Answer, summary="Answer with verbatim, located citations")
+    @app.post(
+        "/chat",
+        response_model=Answer,
+        summary="Answer with verbatim, located citations",
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
+    )
     def chat(request: ChatRequest) -> Answer:
         config = resolve_config(request.rag_config)
-        image = _decode_image(request.image) if request.image else None
-        return ask(request.query, image=image, k=request.k, config=config)
+        try:
+            if not request.image:
+                return ask(request.query, k=request.k, config=config)
+            with image_slots.turn():
+                return ask(request.query, image=_decode_image(request.image), k=request.k, config=config)
+        except QueryImageError:
+            raise  # 415, by its handler
+        except ValueError as exc:  # e.g. a question ask() finds empty
+            raise unprocessable(str(exc), "query") from None
 
     @app.post(
         "/enrichment-services/media-enrichment",
         response_model=MediaEnrichmentResponse,
         summary="Classify and describe up to 10 images",
+        responses=_errors(400, 401, 404, 413, 415, 429, 503),
     )
     def enrichment(request: MediaEnrichmentRequest) -> MediaEnrichmentResponse:
         config = resolve_config(request.rag_config)
         body = request.model_dump(exclude_none=True, exclude={"rag_config"})
         try:
             cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
-            result = media_enrichment(body, config, cache)
+            with image_slots.turn():
+                result = media_enrichment(body, config, cache)
         except ImagePayloadError as exc:
-            raise HTTPException(413 if exc.too_large else 422, str(exc)) from None
+            raise HTTPException(413 if exc.too_large else 415, str(exc)) from None
         except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise unprocessable(str(exc), "images") from None
         return MediaEnrichmentResponse.model_validate(result)
 
     return app
+
+
+def _database_down_reply(exc: Exception) -> JSONResponse:
+    lines = str(exc).strip().splitlines()
+    said = lines[0] if lines else type(exc).__name__
+    if not isinstance(exc, DatabaseUnavailable):
+        said = f"index database unavailable: {said}"
+    return JSONResponse(
+        {"detail": f"{said}; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 class BodyTooLarge(HTTPException):

@@ -1,4 +1,4 @@
-"""`vision-rag`: ingest, search, ask, enrich, serve, backfill, reindex, db, show the config, run the demo.
+"""`vision-rag`: ingest, search, ask, enrich, serve, status, backfill, reindex, db, show the config, run the demo.
 
 Exit codes: 0 success, 1 when any file or request failed (the rest still processed), 2 on
 usage errors, 130 when interrupted (Ctrl-C, SIGTERM). Errors take one line each; `--verbose`
@@ -173,6 +173,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"vision-rag serve: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Where uploads stand (the API's queue): pending, running, ingested, or failed with the reason."""
+    from vision_rag_pipeline.documents.intake import IngestQueue
+
+    entries = IngestQueue().all(args.document_ids or None)
+    if args.json:
+        _print_json([entry.model_dump(mode="json") for entry in entries])
+    else:
+        if not entries:
+            print(
+                "no uploads queued" + (f" under {', '.join(args.document_ids)}" if args.document_ids else "")
+            )
+        for entry in entries:
+            reason = f": {entry.reason}" if entry.reason and entry.status != "ingested" else ""
+            print(
+                f"{entry.status:8} {entry.name} ({entry.document_id}), {entry.attempts} attempt(s), "
+                f"{entry.updated_at:%Y-%m-%d %H:%M:%S}{reason}"
+            )
+    return 1 if any(entry.status == "failed" for entry in entries) else 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -356,6 +377,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
     serve.set_defaults(func=cmd_serve)
+
+    status = sub.add_parser(
+        "status",
+        parents=[common],
+        help="where uploads to the HTTP API stand: pending, running, ingested or failed with the reason "
+        "(exit 1 when one failed)",
+    )
+    status.add_argument("document_ids", nargs="*", metavar="DOCUMENT_ID")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
 
     backfill = sub.add_parser(
         "backfill",

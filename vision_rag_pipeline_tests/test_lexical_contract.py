@@ -19,12 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vision_rag_pipeline.chunks.model import Landmarks
 from vision_rag_pipeline.core.config import ES_URL_ENV, ElasticsearchSettings
 from vision_rag_pipeline.indexes import tantivy_index
 from vision_rag_pipeline.indexes.elasticsearch_index import (
     ElasticsearchLexicalIndex,
 )
-from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex, LexicalIndexError
+from vision_rag_pipeline.indexes.lexical import LandmarkFilter, LexicalDoc, LexicalIndex, LexicalIndexError
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.tantivy_index import TantivyLexicalIndex, open_tantivy_index
 from vision_rag_pipeline_tests import conftest
@@ -194,6 +195,48 @@ def test_filters_by_document_and_kind(index: LexicalIndex) -> None:
     ]
     assert index.search("chart", 10, document_ids=["missing"]) == []
     assert index.search("chart", 10, document_ids=[]) == []
+
+
+def test_landmarks_restrict_a_search_to_the_named_report_page_and_caption(index: LexicalIndex) -> None:
+    """A report series: the same sentence in each quarter's report; landmarks tell them apart."""
+    for quarter in (1, 2):
+        landmarks = Landmarks(
+            page_names=["iv", str(quarter + 10)],
+            references=[f"figure {quarter}"],
+            periods=[f"2025-Q{quarter}", "2025"],
+            header=f"Glimmerfield Solar operations review Q{quarter} 2025",
+        )
+        index.replace_document(
+            f"q{quarter}",
+            [
+                doc(
+                    f"q{quarter}:0",
+                    f"q{quarter}",
+                    "The Gdansk site passed its safety audit.",
+                    landmarks=landmarks,
+                )
+            ],
+        )
+    index.replace_document("other", [doc("other:0", "other", "The Gdansk site passed its safety audit.")])
+    everywhere = {hit.chunk_id: hit.score for hit in index.search("Gdansk safety audit", 10)}
+    assert set(everywhere) == {"q1:0", "q2:0", "other:0"}
+
+    def found(**given: list[str]) -> list[str]:
+        return sorted(ids(index.search("Gdansk safety audit", 10, landmarks=LandmarkFilter(**given))))
+
+    assert found(periods=["2025-Q1"]) == ["q1:0"]
+    assert found(periods=["2025"]) == ["q1:0", "q2:0"]
+    assert found(page_names=["12"]) == ["q2:0"]
+    assert found(page_names=["iv"]) == ["q1:0", "q2:0"]
+    assert found(references=["figure 1"]) == ["q1:0"]
+    assert found(header_words=["Glimmerfield"]) == ["q1:0", "q2:0"]
+    assert found(header_words=["Glimmerfield"], periods=["2025-Q2"]) == ["q2:0"]
+    assert found(periods=["2024"]) == []
+    # a filter moves no score
+    assert {
+        h.chunk_id: h.score
+        for h in index.search("Gdansk safety audit", 10, landmarks=LandmarkFilter(periods=["2025"]))
+    } == {chunk_id: score for chunk_id, score in everywhere.items() if chunk_id != "other:0"}
 
 
 def test_a_filter_does_not_change_the_ranking(index: LexicalIndex) -> None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.config import INBOX_ENV
+from vision_rag_pipeline.core.config import INBOX_ENV, INBOX_SETTLE_ENV
 from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
@@ -42,6 +42,7 @@ def inbox(tmp_path, pg_url, monkeypatch) -> Path:
     path = tmp_path / "inbox"
     path.mkdir()
     monkeypatch.setenv(INBOX_ENV, str(path))
+    monkeypatch.setenv(INBOX_SETTLE_ENV, "0")  # files written by the test are whole: read at once
     return path
 
 
@@ -52,6 +53,17 @@ def tick(instance, cursor: str | None = None) -> dg.SensorResult | dg.SkipReason
         instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
     )
     return inbox_sensor(context)
+
+
+def tick_with_cursor(instance, cursor: str | None) -> tuple[dg.SensorResult | dg.SkipReason, str | None]:
+    """One tick as the daemon runs it: the cursor the previous tick left in, the one it leaves out."""
+    from vision_rag_pipeline.definitions import defs
+
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
+    )
+    result = inbox_sensor(context)
+    return result, context.cursor
 
 
 def requests(result) -> list[dg.RunRequest]:
@@ -148,6 +160,43 @@ def test_changed_content_re_runs_the_same_partition(instance, inbox):
     assert request.partition_key == document_id_for(pdf)
     assert request.tags["vision_rag/change"] == "changed"
     assert not requests(tick(instance))
+
+
+def test_a_file_still_being_copied_starts_one_run_once_it_holds_still(instance, inbox, monkeypatch):
+    """A slowly copied PDF used to start a run per tick, each on a partial file (5 failed runs before
+    one succeeded): now nothing runs until its size and mtime held still over one tick."""
+    monkeypatch.setenv(INBOX_SETTLE_ENV, "30")
+    whole = PDF.read_bytes()
+    copying = inbox / "slow.pdf"
+    copying.write_bytes(whole[: len(whole) // 3])
+    result, cursor = tick_with_cursor(instance, None)
+    assert isinstance(result, dg.SkipReason) and "1 still changing" in result.skip_message
+    assert not known_files(inbox), "a partial file is not registered"
+    with copying.open("ab") as handle:
+        handle.write(whole[len(whole) // 3 :])
+    result, cursor = tick_with_cursor(instance, cursor)
+    assert not requests(result), "it changed since the last tick: still no run"
+    result, cursor = tick_with_cursor(instance, cursor)
+    [request] = ingest_requests(result)
+    assert request.partition_key == document_id_for(copying)
+    assert DocumentRegistry().content(request.partition_key) == whole, "the run reads the whole file"
+    assert cursor is None and not requests(tick_with_cursor(instance, cursor)[0])
+
+
+def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_holds_still(
+    instance, inbox, monkeypatch
+):
+    pdf = Path(shutil.copy(PDF, inbox))
+    tick(instance)
+    monkeypatch.setenv(INBOX_SETTLE_ENV, "30")
+    pdf.write_bytes(PDF.read_bytes()[:100])  # truncated: the rewrite has begun
+    result, cursor = tick_with_cursor(instance, None)
+    assert not requests(result), "no remove_document and no ingest of a half-written file"
+    pdf.write_bytes(PDF.read_bytes() + b"\n% revised\n")
+    result, cursor = tick_with_cursor(instance, cursor)
+    assert not requests(result)
+    [request] = ingest_requests(tick_with_cursor(instance, cursor)[0])
+    assert request.tags["vision_rag/change"] == "changed"
 
 
 def test_files_that_are_not_documents_are_ignored(instance, inbox):

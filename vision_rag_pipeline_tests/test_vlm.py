@@ -12,9 +12,11 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits
-from vision_rag_pipeline.core.redact import REDACTED, redact
+from vision_rag_pipeline.core.redact import REDACTED, redact, redact_url, url_secrets
 from vision_rag_pipeline.enrichment.cost import vision_tokens
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, VisionImage, vision_client_from_env
 from vision_rag_pipeline_tests.openai_fake import (
@@ -270,3 +272,36 @@ def test_redact_removes_token_shaped_strings(text: str, secret: str) -> None:
 def test_redact_keeps_ordinary_error_text() -> None:
     text = "Error code: 503 - model gpt-4o is overloaded, retry after 3 s (request id req_12)"
     assert redact(text, ["unused"]) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.text(
+        alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", min_size=8, max_size=60
+    ),
+    start=st.integers(0, 60),
+    length=st.integers(8, 60),
+    upper=st.booleans(),
+    around=st.text(alphabet=" .:;,()\n", max_size=5),
+)
+def test_redact_finds_any_run_of_eight_key_characters_in_any_case(
+    key: str, start: int, length: int, upper: bool, around: str
+) -> None:
+    """A provider that echoes the key re-cased, cut at either end, or its tail only."""
+    start = min(start, len(key) - 8)
+    fragment = key[start : start + length]
+    fragment = fragment.upper() if upper else fragment.lower()
+    redacted = redact(f"error{around}{fragment}{around}done", [key])
+    assert fragment.lower() not in redacted.lower() and REDACTED in redacted
+
+
+def test_redact_strips_a_url_password_and_keeps_the_rest_readable() -> None:
+    url = "http://user:p@ss:w0rd!@gateway.example:8080/v1"
+    assert url_secrets(url) == ("p@ss:w0rd!",)
+    assert redact_url(url) == "http://user:[REDACTED]@gateway.example:8080/v1"
+    said = redact(f"Connection error to {url}/chat/completions", url_secrets(url))
+    assert "w0rd" not in said and "gateway.example:8080/v1/chat/completions" in said
+    assert (
+        redact_url("postgresql://postgres:@/postgres?host=/tmp/x")
+        == "postgresql://postgres:@/postgres?host=/tmp/x"
+    )

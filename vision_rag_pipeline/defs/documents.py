@@ -11,7 +11,7 @@ import warnings
 
 import dagster as dg
 
-from vision_rag_pipeline.defs.io_manager import delete_partition_values
+from vision_rag_pipeline.defs.io_manager import delete_partition_values, hold_document
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource
 from vision_rag_pipeline.documents.loader import load_document_bytes
@@ -71,6 +71,8 @@ def remove_document_rows(
     index_db: IndexDatabase,
     lexical: LexicalIndexResource,
 ) -> dg.Output[int]:
+    # an ingest of this document still running would write its rows back after the deletion
+    hold_document(config.document_id, context.run_id, context.instance, context.log, index_db.database_url())
     vector_rows = delete_document_rows(config.document_id, index_db.database_url())
     lexical_rows = lexical.open().delete_document(config.document_id)
     delete_partition_values(config.document_id, index_db.database_url())

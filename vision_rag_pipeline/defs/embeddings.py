@@ -14,6 +14,7 @@ from vision_rag_pipeline.defs.resources import EmbeddingModel, IndexDatabase, Ra
 from vision_rag_pipeline.embeddings.cache import encode_cached
 from vision_rag_pipeline.embeddings.encoder import model_variant
 from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
+from vision_rag_pipeline.embeddings.pages import embed_with_page_units
 
 
 @dg.asset(
@@ -23,7 +24,8 @@ from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
     dagster_type=ChunkEmbeddings,  # the value's type: a MaterializeResult return annotation says nothing of it
     check_specs=[EVERY_CHUNK_EMBEDDED],
     description="Sentence-transformers vectors (unit-normalized) for every chunk; model and dimension "
-    "recorded. Only chunks whose text is not in the embedding cache are encoded.",
+    "recorded. Only chunks whose text is not in the embedding cache are encoded; a page unit is the mean "
+    "of its page's chunks.",
 )
 def chunk_embeddings(
     context: dg.AssetExecutionContext,
@@ -35,12 +37,15 @@ def chunk_embeddings(
     config = rag_config.load()
     require_launching_host_inputs(context, config, EMBEDDING_MODEL)
     embedding = config.embedding
-    vectors, computed = encode_cached(
-        [c.text for c in document_chunks],
-        embedding.model,
-        lambda texts: embedding_model.encode(texts, embedding),
-        index_db.database_url(),
-        embedding.precision,
+    vectors, computed = embed_with_page_units(
+        document_chunks,
+        lambda texts: encode_cached(
+            texts,
+            embedding.model,
+            lambda missing: embedding_model.encode(missing, embedding),
+            index_db.database_url(),
+            embedding.precision,
+        ),
     )
     dim = int(vectors.shape[1])
     return dg.MaterializeResult(

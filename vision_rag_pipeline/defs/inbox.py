@@ -3,7 +3,9 @@ re-ingested; delete it and it disappears from the partitions and every index.
 
 Its state is the registry table (one row per file: size, mtime, sha256), not its cursor: a tick over an
 unchanged inbox reads no file contents and writes nothing, however many files it holds. A file is
-re-ingested only when its hash changed. The sensor targets both jobs it requests, `ingest_document`
+re-ingested only when its hash changed, and only once it stopped changing: its size and mtime held
+still over one tick, or nothing wrote to it for `VISION_RAG_INBOX_SETTLE_SECONDS` (default: the
+tick interval). The cursor holds only what the tick saw of the files still changing. The sensor targets both jobs it requests, `ingest_document`
 and `remove_document` (Dagster refuses a RunRequest for a job the sensor does not declare).
 """
 
@@ -12,7 +14,12 @@ import os
 
 import dagster as dg
 
-from vision_rag_pipeline.core.config import INBOX_ENV, inbox_dir, sensor_interval_seconds
+from vision_rag_pipeline.core.config import (
+    INBOX_ENV,
+    inbox_dir,
+    inbox_settle_seconds,
+    sensor_interval_seconds,
+)
 from vision_rag_pipeline.defs.documents import RemoveDocumentConfig, remove_document_job
 from vision_rag_pipeline.defs.jobs import ingest_document_job
 from vision_rag_pipeline.defs.partitions import documents_partitions
@@ -21,12 +28,13 @@ from vision_rag_pipeline.documents.inbox import scan_inbox
 from vision_rag_pipeline.documents.registry import FileState, display_path
 
 MAX_LOGGED_SKIPS = 20  # the same links are skipped on every tick: name a few, count the rest
+INTERVAL_SECONDS = sensor_interval_seconds(30)
 
 
 @dg.sensor(
     name="inbox_sensor",
     jobs=[ingest_document_job, remove_document_job],
-    minimum_interval_seconds=sensor_interval_seconds(30),
+    minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches VISION_RAG_INBOX (default $VISION_RAG_HOME/inbox): new or changed MHTML/PDF files "
     "are ingested (one partition each), deleted ones removed from the partitions and every index. "
@@ -41,11 +49,22 @@ def inbox_sensor(
         return dg.SkipReason(f"inbox {inbox} does not exist; create it or set {INBOX_ENV}")
     registry = index_db.registry()
     known = registry.inbox_files(bytes(inbox.resolve()))
-    if context.cursor:  # the state an older version kept in the cursor: adopt it once, not re-ingest all
-        registry.record_inbox({p: s for p, s in _cursor_state(context.cursor).items() if p not in known})
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    if "files" in cursor:  # the state an older version kept in the cursor: adopt it once, not re-ingest all
+        registry.record_inbox({p: s for p, s in _cursor_state(cursor).items() if p not in known})
         known = registry.inbox_files(bytes(inbox.resolve()))
-        context.update_cursor(None)
-    scan = scan_inbox(inbox, {path: entry.state for path, entry in known.items()})
+    settling = {
+        bytes.fromhex(path): (size, mtime) for path, (size, mtime) in cursor.get("settling", {}).items()
+    }
+    scan = scan_inbox(
+        inbox,
+        {path: entry.state for path, entry in known.items()},
+        settling,
+        int(inbox_settle_seconds(INTERVAL_SECONDS) * 1e9),
+    )
+    if scan.settling or context.cursor:
+        state = {path.hex(): list(seen) for path, seen in scan.settling.items()}
+        context.update_cursor(json.dumps({"settling": state}) if state else None)
     for reason in scan.skipped[:MAX_LOGGED_SKIPS]:
         context.log.warning(f"skipped {reason}")
     if len(scan.skipped) > MAX_LOGGED_SKIPS:
@@ -87,11 +106,12 @@ def inbox_sensor(
     if deleted:
         partition_requests.append(documents_partitions.build_delete_request(deleted))
     if not run_requests:
-        return dg.SkipReason(f"no change among {len(scan.files)} files in {inbox}")
+        writing = f"; {len(scan.settling)} still changing, read once they hold still" if scan.settling else ""
+        return dg.SkipReason(f"no change among {len(scan.files)} files in {inbox}{writing}")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests)
 
 
-def _cursor_state(cursor: str) -> dict[bytes, FileState]:
+def _cursor_state(cursor: dict) -> dict[bytes, FileState]:
     """{path: state} from the cursor the sensor kept before its state moved to the registry."""
-    files = json.loads(cursor).get("files", {})
+    files = cursor.get("files", {})
     return {os.fsencode(path): FileState(s["size"], s["mtime_ns"], s["sha256"]) for path, s in files.items()}

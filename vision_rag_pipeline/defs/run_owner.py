@@ -38,7 +38,7 @@ def owner_tags() -> dict[str, str]:
     }
 
 
-def _owner_alive(tags: dict[str, str]) -> bool:
+def owner_alive(tags: dict[str, str]) -> bool:
     """Whether the process named by a run's tags still runs (a process on another host is assumed to)."""
     if tags.get(HOST_TAG) != owner_tags()[HOST_TAG]:
         return True
@@ -64,7 +64,7 @@ def reclaim_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
         filters=dg.RunsFilter(statuses=UNFINISHED, tags={HOST_TAG: owner_tags()[HOST_TAG]})
     )
     for run in runs:
-        if PID_TAG in run.tags and not _owner_alive(run.tags):
+        if PID_TAG in run.tags and not owner_alive(run.tags):
             instance.report_run_failed(
                 run,
                 f"Process {run.tags[PID_TAG]} executing this run is gone (killed or crashed); marked failed "
@@ -77,7 +77,7 @@ def reclaim_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
         keep = {  # unfinished runs, and ended ones whose process may still be finishing a step
             run.run_id
             for run in instance.get_runs(filters=dg.RunsFilter(run_ids=list(holders)))
-            if run.status in UNFINISHED or (PID_TAG in run.tags and _owner_alive(run.tags))
+            if run.status in UNFINISHED or (PID_TAG in run.tags and owner_alive(run.tags))
         }
         for run_id in holders - keep:  # failed above, ended long ago, or deleted
             storage.free_concurrency_slots_for_run(run_id)

@@ -9,6 +9,7 @@ like runs launched from it.
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -373,7 +374,10 @@ def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> Do
 
 
 def exception_line(exc: BaseException) -> str:
-    """`Type: first line of the message`: what the terminal shows of an unexpected exception."""
+    """`Type: first line of the message`: what the terminal shows of an unexpected exception; a
+    full disk says so first, with the file it could not write."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return str(exc) if str(exc).startswith("disk full") else f"disk full: {exc.filename or exc}"
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
@@ -542,4 +546,7 @@ def _one_line(error: SerializableErrorInfo) -> str:
     """The innermost cause's message, first line, without its (module-qualified) class name."""
     *_, error = _causes(error)
     message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-    return re.sub(rf"^(?:[\w.]+\.)?{re.escape(error.cls_name)}: ", "", message)
+    message = re.sub(rf"^(?:[\w.]+\.)?{re.escape(error.cls_name)}: ", "", message)
+    if "No space left on device" in message and not message.startswith("disk full"):
+        return f"disk full: {message}"
+    return message

@@ -15,7 +15,7 @@ from vision_rag_pipeline.documents.pdf import load_pdf
 # pages, boxes, images or their text layers. raw_documents' code version includes it, so documents
 # loaded by older code are loaded again (version sensor, next ingest); their unchanged images and
 # chunk texts are then served from the enrichment and embedding caches.
-LOADER_REVISION = 1
+LOADER_REVISION = 2
 
 
 def load_document(path: str | Path, source_path: str | None = None) -> LoadedDocument:

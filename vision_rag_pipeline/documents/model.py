@@ -59,6 +59,23 @@ class Element(BaseModel):
     image_index: int | None = None
 
 
+class PageInfo(BaseModel):
+    """What a reader calls a page: the label a PDF viewer shows for it (its /PageLabels entry, "iv" or
+    "12"; empty where the file has none) and the page numbers printed in its header or footer (two on
+    a printed spread). A question about "page 12" means one of these, not the page's index in the file,
+    which differs wherever a document has a cover, front matter or pages cut out of a longer one."""
+
+    number: int  # 1-based index in the file
+    label: str = ""
+    printed: list[str] = Field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        """Every number a reader may call this page by: its label (its index where it has none) and
+        the numbers printed on it."""
+        return list(dict.fromkeys([self.label or str(self.number), *self.printed]))
+
+
 class LoadedDocument(BaseModel):
     source_path: str
     mime: Literal["multipart/related", "application/pdf"]
@@ -69,6 +86,7 @@ class LoadedDocument(BaseModel):
     elements: list[Element] = Field(default_factory=list)
     images: list[DocumentImage] = Field(default_factory=list)
     pages: int | None = None
+    page_info: list[PageInfo] = Field(default_factory=list)  # PDF: one per page, in order
 
     @property
     def text(self) -> str:

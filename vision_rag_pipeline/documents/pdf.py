@@ -32,7 +32,9 @@ from vision_rag_pipeline.documents.model import (
     Element,
     LoadedDocument,
     Location,
+    PageInfo,
 )
+from vision_rag_pipeline.documents.page_numbers import edge_numbers, printed_page_numbers
 
 PDF_MIME = "application/pdf"
 MIN_TEXT_CHARS = 5  # fewer visible characters than this and a page counts as a scan
@@ -43,6 +45,7 @@ RASTER_PAGE_SHARE = 0.5  # a picture covering this much of a text-less page is w
 CAPTION_LINE_MAX_GAP = 40.0  # pt between an image and a plain line that may caption it
 CAPTION_BLOCK_MAX_GAP = 120.0  # pt between an image and a "Figure 3 ..." paragraph
 CONTEXT_MAX_CHARS = 300
+MARGIN_SHARE = 0.1  # the top and bottom tenth of a page: where headers and footers print page numbers
 CAPTION_START = re.compile(
     r"^\s*(figure|fig\.|table|tab\.|chart|graph|diagram|image|photo)\s*[\dIVX:.]", re.I
 )
@@ -148,12 +151,14 @@ def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
     elements: list[Element] = []
     images: list[DocumentImage] = []
     first_page_blocks: list[_Block] | None = None
+    margin_numbers: list[list[int]] = []
     for page_index in range(page_count):
         page = pdf[page_index]
         try:
-            blocks = _page_blocks(page, page_index + 1, path.name)
+            blocks, margin_lines = _page_blocks(page, page_index + 1, path.name)
         finally:
             page.close()
+        margin_numbers.append(edge_numbers(margin_lines))
         if first_page_blocks is None and any(block.lines for block in blocks):
             first_page_blocks = blocks
         for block in blocks:
@@ -175,19 +180,38 @@ def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
         elements=elements,
         images=images,
         pages=page_count,
+        page_info=_page_info(pdf, margin_numbers),
     )
 
 
-def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> list[_Block]:
-    """The page's paragraphs and images in reading order; a page without text becomes one rendered image."""
+def _page_info(pdf: pdfium.PdfDocument, margin_numbers: list[list[int]]) -> list[PageInfo]:
+    """Each page's label and printed page numbers (see documents/page_numbers.py)."""
+    labels = [pdf.get_page_label(index) for index in range(len(pdf))]
+    places = [int(label) if label.isdigit() else index + 1 for index, label in enumerate(labels)]
+    printed = printed_page_numbers(margin_numbers, places)
+    return [
+        PageInfo(number=index + 1, label=label, printed=[str(n) for n in numbers])
+        for index, (label, numbers) in enumerate(zip(labels, printed, strict=True))
+    ]
+
+
+def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> tuple[list[_Block], list[str]]:
+    """The page's paragraphs and images in reading order (a page without text becomes one rendered
+    image), and the text lines in its top and bottom margins."""
     frame = _PageFrame(page)
     textpage = page.get_textpage()
     try:
         lines = list(_lines(textpage, frame))
     finally:
         textpage.close()
+    margin = [
+        line.text
+        for line in lines
+        if not line.invisible
+        and (line.bbox[1] < MARGIN_SHARE * frame.height or line.bbox[3] > (1 - MARGIN_SHARE) * frame.height)
+    ]
     if sum(len(line.text.replace(" ", "")) for line in lines) < MIN_TEXT_CHARS:
-        return [_Block(bbox=frame.box, image=_render_page(page, frame, page_number, file_name))]
+        return [_Block(bbox=frame.box, image=_render_page(page, frame, page_number, file_name))], []
     text_blocks = _paragraphs(lines)
     image_blocks = [
         _Block(bbox=bbox, image=image)
@@ -199,7 +223,7 @@ def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> list
         block.image.text_layer = "\n".join(
             line.text for line in lines if line.invisible and _starts_inside(line.bbox, block.bbox)
         )
-    return _reading_order(text_blocks + image_blocks, frame.width)
+    return _reading_order(text_blocks + image_blocks, frame.width), margin
 
 
 def _lines(textpage: pdfium.PdfTextPage, frame: _PageFrame) -> Iterator[_Line]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vision_rag_pipeline.core.config import MllmFeature, ProviderLimits, VisionEndpoint
-from vision_rag_pipeline.core.redact import redact
+from vision_rag_pipeline.core.redact import redact, redact_url, url_secrets
 
 if TYPE_CHECKING:
     import openai
@@ -165,7 +165,9 @@ class VisionClient:
         self.clock = clock
         self.max_concurrency = max_concurrency
         self.breaker = _Breaker(limits, clock)
-        self._secrets = tuple(s for s in (getattr(client, "api_key", None),) if isinstance(s, str))
+        key = getattr(client, "api_key", None)
+        self._secrets = (key,) if isinstance(key, str) else ()
+        self._secrets += url_secrets(str(getattr(client, "base_url", "") or ""))
 
     def describe_one(
         self, image: VisionImage | tuple[bytes, str], feature: MllmFeature, budget_s: float | None = None
@@ -319,10 +321,14 @@ def vision_client_from_env(limits: ProviderLimits | None = None) -> VisionClient
             api_version=endpoint.api_version,
             max_retries=0,
         )
-        return VisionClient(client, engine=f"azure:{endpoint.azure_endpoint.rstrip('/')}", limits=limits)
+        return VisionClient(
+            client, engine=f"azure:{redact_url(endpoint.azure_endpoint.rstrip('/'))}", limits=limits
+        )
     if not (endpoint.api_key or endpoint.base_url):
         return None
     import openai
 
     client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or "unused", max_retries=0)
-    return VisionClient(client, engine=f"openai:{str(client.base_url).rstrip('/')}", limits=limits)
+    return VisionClient(
+        client, engine=f"openai:{redact_url(str(client.base_url).rstrip('/'))}", limits=limits
+    )

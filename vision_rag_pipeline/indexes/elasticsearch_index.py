@@ -23,6 +23,7 @@ from elasticsearch import Elasticsearch, helpers
 from vision_rag_pipeline.core.config import ElasticsearchSettings
 from vision_rag_pipeline.core.text import fold_homoglyphs
 from vision_rag_pipeline.indexes.lexical import (
+    LandmarkFilter,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,
@@ -69,6 +70,15 @@ def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any
                 "image": {"type": "keyword"},
                 "page": {"type": "integer"},
                 "text": {"type": "text", "analyzer": "english", "fields": text_fields},
+                "landmarks": {
+                    "properties": {
+                        "page_names": {"type": "keyword"},
+                        "page_count": {"type": "integer"},
+                        "references": {"type": "keyword"},
+                        "periods": {"type": "keyword"},
+                        "header": {"type": "text", "analyzer": "english"},
+                    }
+                },
                 "metadata": {"type": "object", "enabled": False},
             },
         }
@@ -76,9 +86,13 @@ def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any
 
 
 def _source(doc: LexicalDoc) -> dict[str, Any]:
-    """The stored document; its text with homoglyphs folded inside codes, as queries are (the
-    analyzers cannot fold only inside codes, so the text reaches them folded)."""
-    return doc.model_dump(mode="json", exclude_none=True) | {"text": fold_homoglyphs(doc.text)}
+    """The stored document; its text and header with homoglyphs folded inside codes, as queries are
+    (the analyzers cannot fold only inside codes, so the text reaches them folded)."""
+    source = doc.model_dump(mode="json", exclude_none=True)
+    source["text"] = fold_homoglyphs(doc.text)
+    if header := source.get("landmarks", {}).get("header"):
+        source["landmarks"]["header"] = fold_homoglyphs(header)
+    return source
 
 
 class ElasticsearchLexicalIndex:
@@ -190,18 +204,35 @@ class ElasticsearchLexicalIndex:
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
+        landmarks: LandmarkFilter | None = None,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == [] or not has_searchable_words(query):
             return []
-        filters = []
+        filters: list[dict[str, Any]] = []
         if document_ids is not None:
             filters.append({"terms": {"document_id": document_ids}})
         if kinds is not None:
             filters.append({"terms": {"kind": kinds}})
+        if landmarks is not None:
+            filters += [
+                {"terms": {f"landmarks.{name}": values}} for name, values in landmarks.terms().items()
+            ]
+            if landmarks.header_words is not None:
+                words = fold_homoglyphs(" ".join(landmarks.header_words))
+                filters.append({"match": {"landmarks.header": {"query": words, "operator": "or"}}})
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
-            # multi_match analyses the text per field and never parses query syntax.
-            must = {"multi_match": {"query": fold_homoglyphs(query), "fields": self._search_fields(client)}}
+            # multi_match analyses the text per field and never parses query syntax; the document's
+            # header scores beside the text, as tantivy's header field does.
+            folded = fold_homoglyphs(query)
+            must = {
+                "bool": {
+                    "should": [
+                        {"multi_match": {"query": folded, "fields": self._search_fields(client)}},
+                        {"match": {"landmarks.header": folded}},
+                    ]
+                }
+            }
             response = client.search(
                 index=self.alias,
                 query={"bool": {"must": must, "filter": filters}},

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.chunks.model import Chunk, Landmarks
 from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
 
 _WORD = re.compile(r"\w+")
@@ -31,6 +31,7 @@ class LexicalDoc(BaseModel):
     text: str
     page: int | None = None
     image: str | None = None
+    landmarks: Landmarks = Field(default_factory=Landmarks)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
@@ -43,8 +44,24 @@ class LexicalDoc(BaseModel):
             text=chunk.text,
             page=chunk.page,
             image=chunk.image,
+            landmarks=chunk.landmarks,
             metadata={"source": chunk.metadata.get("source")},
         )
+
+
+class LandmarkFilter(BaseModel):
+    """Keep the chunks whose landmarks hold: for every field given, one of its values (page names,
+    references and periods as recorded; header words as the text is analysed)."""
+
+    page_names: list[str] | None = None
+    references: list[str] | None = None
+    periods: list[str] | None = None
+    header_words: list[str] | None = None
+
+    def terms(self) -> dict[str, list[str]]:
+        """{landmark field: values} of the exact-value fields given."""
+        fields = {"page_names": self.page_names, "references": self.references, "periods": self.periods}
+        return {name: values for name, values in fields.items() if values is not None}
 
 
 class LexicalHit(BaseModel):
@@ -71,6 +88,7 @@ class LexicalIndex(Protocol):
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
+        landmarks: LandmarkFilter | None = None,
     ) -> list[LexicalHit]:
         """Best first. User text is never parsed as query syntax; no searchable word -> []."""
 

@@ -17,9 +17,11 @@ from pgvector import Vector
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
-from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.chunks.model import Chunk, Landmarks, embedding_text
 from vision_rag_pipeline.core.postgres import connect, ensure_schema, one_round_trip
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
+
+CONTENT_KINDS = ("text", "table", "image")  # what a search returns; page units only rank pages
 
 
 class DimensionMismatchError(RuntimeError):
@@ -32,7 +34,7 @@ CREATE TABLE IF NOT EXISTS {chunks} (
     chunk_id text PRIMARY KEY,
     document_id text NOT NULL,
     chunk_index integer NOT NULL,
-    kind text NOT NULL CHECK (kind IN ('text', 'table', 'image')),
+    kind text NOT NULL CHECK (kind IN ('text', 'table', 'image', 'page')),
     text text NOT NULL,
     page integer,
     bbox double precision[],
@@ -64,13 +66,53 @@ CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
 """
 
 
+# Tables made before page units allowed only three kinds: widen their check once (NOT VALID: no scan).
+_PAGE_KIND_MIGRATION = """
+DO $$
+DECLARE old record;
+BEGIN
+    FOR old IN SELECT conname FROM pg_constraint WHERE conrelid = 'chunks'::regclass AND contype = 'c'
+        AND pg_get_constraintdef(oid) LIKE '%kind%' AND pg_get_constraintdef(oid) NOT LIKE '%page%'
+    LOOP
+        EXECUTE format('ALTER TABLE chunks DROP CONSTRAINT %I', old.conname);
+        ALTER TABLE chunks ADD CONSTRAINT chunks_kind_check
+            CHECK (kind IN ('text', 'table', 'image', 'page')) NOT VALID;
+    END LOOP;
+END $$;
+"""
+
+
 def _schema(dim: int) -> str:
-    return _tables_ddl(dim) + _indexes_ddl()
+    return _tables_ddl(dim) + _indexes_ddl() + _PAGE_KIND_MIGRATION
 
 
 _CHUNK_COLUMNS = (
     "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url, metadata"
 )
+
+
+class Pointers(NamedTuple):
+    """Chunks a question points at by their landmarks: on a page it names, on the first or last pages,
+    or on a page captioning a figure or table it names (query/analysis.py reads them)."""
+
+    page_names: list[str]
+    positions: list[str]  # "first", "last", "second_last"
+    references: list[str]
+
+    def condition(self) -> tuple[str, list[Any]]:
+        """The SQL condition (any of them) and its parameters; ("", []) when there is none."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if self.page_names:
+            parts.append("metadata->'landmarks'->'page_names' ?| %s")
+            params.append(list(self.page_names))
+        if self.references:
+            parts.append("metadata->'landmarks'->'references' ?| %s")
+            params.append(list(self.references))
+        count = "(metadata->'landmarks'->>'page_count')::int"
+        places = {"first": "page = 1", "last": f"page = {count}", "second_last": f"page = {count} - 1"}
+        parts += [places[position] for position in self.positions if position in places]
+        return ("(" + " OR ".join(parts) + ")" if parts else ""), params
 
 
 class Candidates(NamedTuple):
@@ -80,6 +122,8 @@ class Candidates(NamedTuple):
     chunks: dict[str, Chunk]  # the rows found, nearest or asked for
     embeddings: dict[str, np.ndarray]  # their stored vectors, for the rerank's similarities
     matching: set[str]  # those whose metadata contains the metadata filter's (all without one)
+    nearest_pages: list[dict[str, float]]  # per query vector: page unit id -> cosine similarity, best first
+    pointed: list[str]  # chunks and page units the question points at, most similar to the first vector first
 
 
 class PgVectorStore:
@@ -188,50 +232,96 @@ class PgVectorStore:
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        page_units: int = 0,
+        pages_also: Sequence[str] = (),
+        pages_opened: int = 0,
+        pointers: Pointers | None = None,
     ) -> Candidates:
-        """The `limit` nearest chunks to each vector through the HNSW index, filters applied in the
-        scan, and the rows with embeddings of those and of `also`: a search's one round trip.
+        """A search's one round trip: the `limit` nearest chunks of `kinds` to each vector through the
+        HNSW index (filters applied in the scan), the `page_units` nearest page units, the chunks on the
+        first `pages_opened` of those pages and on the pages `pages_also` names (page unit ids), the
+        chunks `pointers` point at (by similarity to the first vector), and the rows with embeddings
+        of all of them and of `also`.
 
         With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
         so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
         """
-        where, params = _filters(document_ids, kinds, metadata)
+        where, params = _filters(document_ids, kinds or list(CONTENT_KINDS), metadata)
+        page_where, page_params = _filters(document_ids, ["page"], None)
+        pointed_on, pointed_on_params = pointers.condition() if pointers else ("", [])
         # `position` keeps each scan's order, so equal similarities stay in it as they did alone
+        scan = """
+            SELECT asked.query, scan.*
+            FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
+            CROSS JOIN LATERAL (
+                SELECT row_number() OVER () AS position, * FROM (
+                    SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks {where}
+                    ORDER BY embedding <=> asked.vector LIMIT %s
+                ) AS ordered
+            ) AS scan"""
+        # page units too: a pointed page whose text no chunk is cited on (a cover of a few words)
+        pointed_where, pointed_params = _filters(document_ids, [*(kinds or CONTENT_KINDS), "page"], metadata)
+        pointed = (
+            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks"
+            f" {pointed_where} AND {pointed_on} ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
+            if pointed_on and len(vectors)
+            else "SELECT NULL::text AS chunk_id, NULL::bigint AS position WHERE false"
+        )
         query = f"""
-            WITH nearest AS (
-                SELECT asked.query, scan.*
-                FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
-                CROSS JOIN LATERAL (
-                    SELECT row_number() OVER () AS position, * FROM (
-                        SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks {where}
-                        ORDER BY embedding <=> asked.vector LIMIT %s
-                    ) AS ordered
-                ) AS scan
+            WITH nearest AS ({scan.format(where=where)}),
+            page_nearest AS ({scan.format(where=page_where)}),
+            opened AS (
+                SELECT chunk_id FROM page_nearest WHERE position <= %s UNION SELECT unnest(%s::text[])
             ),
-            wanted AS (SELECT chunk_id FROM nearest UNION SELECT unnest(%s::text[]))
-            SELECT query, similarity, {_CHUNK_COLUMNS}, embedding, metadata @> %s
-            FROM wanted JOIN chunks USING (chunk_id) LEFT JOIN nearest USING (chunk_id)
-            ORDER BY query, position"""
+            on_pages AS (
+                SELECT c.chunk_id FROM chunks c JOIN chunks p ON c.document_id = p.document_id
+                AND c.page IS NOT DISTINCT FROM p.page WHERE p.chunk_id IN (SELECT chunk_id FROM opened) AND c.kind <> 'page'
+            ),
+            pointed AS ({pointed}),
+            found AS (
+                SELECT chunk_id, 'near' AS source, query, similarity, position FROM nearest
+                UNION ALL SELECT chunk_id, 'page', query, similarity, position FROM page_nearest
+                UNION ALL SELECT chunk_id, 'pointed', NULL, NULL, position FROM pointed
+                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM unnest(%s::text[]) AS a (chunk_id)
+                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM opened
+                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM on_pages
+            )
+            SELECT {_CHUNK_COLUMNS}, embedding, metadata @> %s,
+                (SELECT jsonb_agg(jsonb_build_array(source, query, similarity, position))
+                 FROM found f WHERE f.chunk_id = c.chunk_id AND source <> 'also')
+            FROM chunks c WHERE chunk_id IN (SELECT chunk_id FROM found)"""
+        wanted = [Vector(v) for v in vectors]
+        arguments = [wanted, *params, limit, wanted, *page_params, page_units]
+        arguments += [pages_opened, list(pages_also)]
+        if pointed_on and len(vectors):
+            arguments += [*pointed_params, *pointed_on_params, wanted[0], limit]
+        arguments += [list(also), Jsonb(metadata or {})]
         # binary both ways (%b, the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
             with one_round_trip(conn):
                 conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-                if where:
-                    conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-                cursor.execute(
-                    query, ([Vector(v) for v in vectors], *params, limit, list(also), Jsonb(metadata or {}))
-                )
+                conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+                cursor.execute(query, arguments)
             rows = cursor.fetchall()
-        found = Candidates([{} for _ in vectors], {}, {}, set())
-        for asked, similarity, *row, embedding, matches in rows:
-            if asked is not None:
-                found.nearest[asked - 1][row[0]] = float(similarity)
-            found.chunks[row[0]] = _chunk_from_row(tuple(row))
-            found.embeddings[row[0]] = embedding.to_numpy()
+        found = Candidates([{} for _ in vectors], {}, {}, set(), [{} for _ in vectors], [])
+        pointed_at: dict[str, int] = {}
+        for *row, embedding, matches, sources in rows:
+            chunk = _chunk_from_row(tuple(row))
+            for source, asked, similarity, position in sources or []:
+                if source == "near":
+                    found.nearest[asked - 1][chunk.chunk_id] = float(similarity)
+                elif source == "page":
+                    found.nearest_pages[asked - 1][chunk.chunk_id] = float(similarity)
+                else:
+                    pointed_at[chunk.chunk_id] = int(position)
+            found.chunks[chunk.chunk_id] = chunk
+            found.embeddings[chunk.chunk_id] = embedding.to_numpy()
             if matches:
-                found.matching.add(row[0])
-        for i, scores in enumerate(found.nearest):  # relaxed order: nearly sorted, made exact here
-            found.nearest[i] = dict(sorted(scores.items(), key=lambda item: -item[1]))
+                found.matching.add(chunk.chunk_id)
+        for scans in (found.nearest, found.nearest_pages):  # relaxed order: nearly sorted, made exact here
+            for i, scores in enumerate(scans):
+                scans[i] = dict(sorted(scores.items(), key=lambda item: -item[1]))
+        found.pointed.extend(sorted(pointed_at, key=pointed_at.__getitem__))
         return found
 
     def near_duplicates(
@@ -356,15 +446,45 @@ def rebuild_tables(
             cur.execute("INSERT INTO chunks_new SELECT * FROM chunks")
             cur.execute("INSERT INTO rag_images_new SELECT * FROM rag_images")
         else:
+            chunk_text = (
+                "kind, text, metadata->>'title'",
+                lambda row: embedding_text(row[0], row[1], row[2] or ""),
+            )
             _reembed_into(
-                conn, "chunks", "chunks_new", _CHUNK_COLUMNS, "text", "embedding", embed, batch_size
+                conn,
+                "chunks",
+                "chunks_new",
+                _CHUNK_COLUMNS,
+                chunk_text,
+                "embedding",
+                embed,
+                batch_size,
+                "kind <> 'page'",
+            )
+            # a page unit is the mean of its page's chunks (embeddings/pages.py), encoded only without them
+            cur.execute(
+                f"INSERT INTO chunks_new ({_CHUNK_COLUMNS}, embedding) SELECT {_CHUNK_COLUMNS}, mean FROM ("
+                f"SELECT p.*, (SELECT l2_normalize(avg(c.embedding)) FROM chunks_new c WHERE c.document_id ="
+                " p.document_id AND c.page IS NOT DISTINCT FROM p.page AND c.kind <> 'page') AS mean"
+                " FROM chunks p WHERE p.kind = 'page') AS units WHERE mean IS NOT NULL"
+            )
+            _reembed_into(
+                conn,
+                "chunks",
+                "chunks_new",
+                _CHUNK_COLUMNS,
+                chunk_text,
+                "embedding",
+                embed,
+                batch_size,
+                "kind = 'page' AND chunk_id NOT IN (SELECT chunk_id FROM chunks_new)",
             )
             _reembed_into(
                 conn,
                 "rag_images",
                 "rag_images_new",
                 _IMAGE_COLUMNS,
-                "content_chunk",
+                ("content_chunk", lambda row: row[0]),
                 "content_vector",
                 embed,
                 batch_size,
@@ -394,21 +514,24 @@ def _reembed_into(
     source: str,
     target: str,
     columns: str,
-    text_column: str,
+    text: tuple[str, Callable[[tuple[Any, ...]], str]],
     vector_column: str,
     embed: Callable[[list[str]], np.ndarray],
     batch_size: int,
+    where: str = "TRUE",
 ) -> None:
-    """Copy `columns` of `source` into `target`, the vector column computed again from the text column."""
+    """Copy `columns` of the `source` rows `where` selects into `target`, the vector column computed
+    again from the text `text` makes of the columns it names (what ingest embedded for that row)."""
+    text_columns, text_of = text
     key_column = columns.split(",", 1)[0]
     with conn.cursor(name=f"reembed_{source}") as read, conn.cursor() as write:
-        read.execute(f"SELECT {key_column}, {text_column} FROM {source}")
+        read.execute(f"SELECT {key_column}, {text_columns} FROM {source} WHERE {where}")
         while batch := read.fetchmany(batch_size):
-            vectors = embed([text for _, text in batch])
+            vectors = embed([text_of(tuple(row[1:])) for row in batch])
             write.executemany(
                 f"INSERT INTO {target} ({columns}, {vector_column}) "
                 f"SELECT {columns}, %s FROM {source} WHERE {key_column} = %s",
-                [(Vector(vector), key) for (key, _), vector in zip(batch, vectors, strict=True)],
+                [(Vector(vector), row[0]) for row, vector in zip(batch, vectors, strict=True)],
             )
 
 
@@ -447,12 +570,14 @@ def _chunk_row(chunk: Chunk) -> tuple[Any, ...]:
         span[0],
         span[1],
         chunk.image,
-        Jsonb(chunk.metadata),
+        Jsonb(chunk.metadata | {"landmarks": chunk.landmarks.model_dump()}),
     )
 
 
 def _chunk_from_row(row: tuple[Any, ...]) -> Chunk:
     (chunk_id, document_id, index, kind, text, page, bbox, char_start, char_end, image, metadata) = row
+    metadata = dict(metadata or {})
+    landmarks = Landmarks.model_validate(metadata.pop("landmarks", {}))
     return Chunk(
         chunk_id=chunk_id,
         document_id=document_id,
@@ -463,5 +588,6 @@ def _chunk_from_row(row: tuple[Any, ...]) -> Chunk:
         bbox=tuple(bbox) if bbox else None,
         char_span=(char_start, char_end) if char_start is not None else None,
         image=image,
-        metadata=metadata or {},
+        landmarks=landmarks,
+        metadata=metadata,
     )

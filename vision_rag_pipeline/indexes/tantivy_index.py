@@ -36,6 +36,7 @@ from vision_rag_pipeline.core.text import (
     without_chinese_stop_words,
 )
 from vision_rag_pipeline.indexes.lexical import (
+    LandmarkFilter,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,
@@ -84,7 +85,13 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("text_ru", tokenizer_name="raw", index_option="freq")
     builder.add_unsigned_field("page", stored=True)
     builder.add_text_field("image", stored=True, tokenizer_name="raw")
+    for name in LANDMARK_TERM_FIELDS:
+        builder.add_text_field(name, tokenizer_name="raw")
+    builder.add_text_field("header", tokenizer_name="en_stem")
     return builder.build()
+
+
+LANDMARK_TERM_FIELDS = ("page_names", "references", "periods")
 
 
 SCHEMA = build_schema()
@@ -110,6 +117,11 @@ def _to_tantivy(doc: LexicalDoc) -> Document:
         tv_doc.add_pre_tokenized_text("text_cjk", _pre_tokenized(cjk))
     if russian := russian_tokens(text):
         tv_doc.add_pre_tokenized_text("text_ru", _pre_tokenized(russian))
+    for name in LANDMARK_TERM_FIELDS:
+        for value in getattr(doc.landmarks, name):
+            tv_doc.add_text(name, value)
+    if doc.landmarks.header:
+        tv_doc.add_text("header", fold_homoglyphs(doc.landmarks.header))
     return tv_doc
 
 
@@ -117,12 +129,19 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def build_query(query: str, document_ids: list[str] | None, kinds: list[str] | None) -> Query | None:
+def build_query(
+    query: str,
+    document_ids: list[str] | None,
+    kinds: list[str] | None,
+    landmarks: LandmarkFilter | None = None,
+) -> Query | None:
     """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed,
-    built from terms so no input is syntax."""
+    built from terms so no input is syntax; filters (documents, kinds, landmarks) move no score."""
     query = fold_homoglyphs(query)
+    words = _QUERY_ANALYZER.analyze(query)
     analysed = (
-        ("text", _QUERY_ANALYZER.analyze(query)),
+        ("text", words),
+        ("header", words),
         ("text_cjk", cjk_bigrams(without_chinese_stop_words(query))),
         ("text_ru", russian_tokens(query)),
     )
@@ -130,7 +149,13 @@ def build_query(query: str, document_ids: list[str] | None, kinds: list[str] | N
     if not should:
         return None
     clauses = [(Occur.Must, Query.boolean_query([(Occur.Should, q) for q in should]))]
-    for field, values in (("document_id", document_ids), ("kind", kinds)):
+    filters = [("document_id", document_ids), ("kind", kinds)]
+    if landmarks is not None:
+        filters += list(landmarks.terms().items())
+        if landmarks.header_words is not None:
+            words = fold_homoglyphs(" ".join(landmarks.header_words))
+            filters.append(("header", _unique(_QUERY_ANALYZER.analyze(words))))
+    for field, values in filters:
         if values is not None:
             # A filter must not move scores: wrap it in a zero constant score.
             clauses.append(
@@ -159,10 +184,11 @@ class TantivyLexicalIndex:
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
+        landmarks: LandmarkFilter | None = None,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == []:
             return []
-        tv_query = build_query(query, document_ids, kinds)
+        tv_query = build_query(query, document_ids, kinds, landmarks)
         if tv_query is None:
             return []
 

@@ -26,13 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
 from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
-from vision_rag_pipeline.core.text import (
-    CJK_RUN,
-    NOT_QUERY_TERMS,
-    cjk_bigrams,
-    fold_homoglyphs,
-    without_chinese_stop_words,
-)
+from vision_rag_pipeline.core.text import query_terms, stem
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
@@ -43,7 +37,6 @@ from vision_rag_pipeline.query.search import Hit, search_queries, vector_store
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
-_TERM = re.compile(r"[\w$%.,']*\w%?")
 # Sentence ends: Latin/Cyrillic punctuation before a capital or digit, Chinese/Japanese full-width
 # punctuation anywhere (no space follows it), a blank line, a line break before a non-lower-case start.
 _BOUNDARY = re.compile(
@@ -120,14 +113,8 @@ SYSTEM_PROMPT = (
 
 
 def question_terms(text: str) -> set[str]:
-    """Content words of a question, lower-cased, reduced to a 5-letter stem so "approved" ~ "approve"
-    (and "выручки" ~ "выручка"); Chinese and Japanese text, written without spaces, as character bigrams."""
-    terms = set(cjk_bigrams(without_chinese_stop_words(text)))
-    for token in _TERM.findall(CJK_RUN.sub(" ", fold_homoglyphs(text).lower())):
-        token = token.strip(".,'")
-        if token and token not in NOT_QUERY_TERMS:
-            terms.add(token[:5] if token.isalpha() else token)
-    return terms
+    """Content words of a question (or of a sentence), as core/text.py gives them, stemmed."""
+    return {stem(term) for term in query_terms(text)}
 
 
 def decompose(question: str, limit: int) -> list[str]:
