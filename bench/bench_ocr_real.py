@@ -1,15 +1,18 @@
 """OCR alone on the real images ingest reads: CPU seconds, Tesseract reads by kind, words kept.
 
-    .venv/bin/python bench/bench_ocr_real.py [--set corpus|mmlongbench] [--out readings.json]
-                                             [--against other_readings.json]
+    .venv/bin/python bench/bench_ocr_real.py [--set corpus|mmlongbench|DIR] [--languages auto|eng,...]
+                                             [--out readings.json] [--against other_readings.json]
 
-Takes every image of the set the classifier sends to enrichment (each distinct picture once) and
-runs `ocr_image` on it in one thread, as an ingest worker does. Prints the CPU time, Tesseract's
-share of it by kind of read (first, sparse, other layout, rotated, re-read sheets) and the words
-the readings hold: whole words of the embedding model's vocabulary (three letters or more) and
-numbers of two digits or more, a proxy for real text that noise from photos rarely hits. With
-`--against`, the words one set of readings has and the other lacks, per image: run the script
-with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR versions on real documents.
+Takes every image of the set the classifier sends to enrichment (each distinct picture once; a DIR
+of documents, such as bench/evalset_languages.py's, is taken whole) and reads it in one thread as an
+ingest worker does: in the configured OCR languages (default: the config's default, `auto`), each
+image with what its page says around it. Prints the CPU time, Tesseract's share of it by kind of
+read (first, language check, sparse, other layout, rotated, re-read sheets), the images per set of
+languages they were read with, and the words the readings hold: whole words of the embedding
+model's vocabulary (three letters or more) and numbers of two digits or more, a proxy for real text
+that noise from photos rarely hits. With `--against`, the words one set of readings has and the
+other lacks, per image: run the script with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR
+versions on real documents.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from eval_real import DEFAULT_CORPUS  # noqa: E402
 from vision_rag_pipeline.core.config import RagConfig  # noqa: E402
 from vision_rag_pipeline.documents.loader import load_document  # noqa: E402
 from vision_rag_pipeline.embeddings.encoder import model_directory  # noqa: E402
+from vision_rag_pipeline.enrichment import languages as ocr_languages  # noqa: E402
 from vision_rag_pipeline.enrichment import ocr  # noqa: E402
 from vision_rag_pipeline.enrichment.classifier import classify_images  # noqa: E402
 from vision_rag_pipeline.enrichment.preprocess import load_image  # noqa: E402
@@ -36,17 +40,20 @@ from vision_rag_pipeline.enrichment.preprocess import load_image  # noqa: E402
 _TOKEN = re.compile(r"\w+")
 
 
-def enriched_images(documents: list[Path]) -> dict[str, object]:
-    """Name -> picture of every distinct image the classifier sends to enrichment and OCR reads (not
-    the scans whose PDF text layer stands in for OCR)."""
+def enriched_images(documents: list[Path], classify: bool = True) -> dict[str, tuple[object, str]]:
+    """Name -> (picture, what its page says around it) of every distinct image the classifier sends to
+    enrichment and OCR reads (not the scans whose PDF text layer stands in for OCR)."""
     classifier = RagConfig().media_enrichment.features.classifier
     pictures, seen = {}, set()
     for doc in documents:
         loaded = load_document(doc, source_path=str(doc))
-        for image, verdict in zip(loaded.images, classify_images(loaded.images, classifier), strict=True):
-            if verdict.verdict == "VISION" and not image.text_layer and image.sha256 not in seen:
+        verdicts = classify_images(loaded.images, classifier) if classify else [None] * len(loaded.images)
+        for image, verdict in zip(loaded.images, verdicts, strict=True):
+            wanted = verdict is None or verdict.verdict == "VISION"
+            if wanted and not image.text_layer and image.sha256 not in seen:
                 seen.add(image.sha256)
-                pictures[f"{doc.name}/{image.name}"] = load_image(image.data, image.mime)
+                hint = " ".join((image.alt, image.title, image.caption, image.context))
+                pictures[f"{doc.name}/{image.name}"] = (load_image(image.data, image.mime), hint)
     return pictures
 
 
@@ -61,7 +68,10 @@ def read_kind(image: object, psm: int, page: object) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=["corpus", "mmlongbench"], default="corpus")
+    parser.add_argument("--set", default="corpus", help="corpus, mmlongbench or a folder of documents")
+    parser.add_argument(
+        "--languages", default=None, help="auto or a comma-separated list (default: the config's default)"
+    )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--out", type=Path, help="write each image's reading here (JSON)")
     parser.add_argument("--against", type=Path, help="readings written by another run, to compare words")
@@ -76,28 +86,58 @@ def main() -> None:
         tokens = _TOKEN.findall(text.lower())
         return {t for t in tokens if t in vocabulary or (t.isdigit() and len(t) >= 2)}
 
-    pictures = enriched_images(document_sets(args.corpus)[args.set])
-    run_tesseract, by_kind = ocr._run_tesseract, Counter()
-    page: list[object] = []  # the current picture's page image: its first read's
+    sets = document_sets(args.corpus)
+    if args.set in sets:
+        pictures = enriched_images(sets[args.set])
+    else:  # a generated set: every image is content
+        pictures = enriched_images(sorted(p for p in Path(args.set, "docs").iterdir()), classify=False)
+    configured = RagConfig().media_enrichment.ocr.languages if args.languages is None else args.languages
+    allowed = ocr_languages.resolve_languages(
+        configured if configured == ocr_languages.AUTO else configured.split(",")
+    )
+    read_tsv, read_lines, by_kind = ocr.read_tsv, ocr_languages._read_lines, Counter()
+    page: list[object] = []  # the current picture's page image and its first read's psm
+    checking: list[bool] = []  # set while the language check reads its sheet
+    checked_languages: list[bool] = []  # set after it, until the page is read again
 
     def timed(gray, psm, languages, **options):  # noqa: ANN001, ANN202 - same signature as the original
         started = time.process_time()
-        lines = run_tesseract(gray, psm, languages, **options)
-        kind = read_kind(gray, psm, page[0]) if page else "first"
-        page[:] = page or [gray]
+        tsv = read_tsv(gray, psm, languages, **options)
+        if checking:
+            kind = "language check"
+        elif checked_languages and page and gray is page[0] and psm == page[1]:
+            kind = "first, in the languages found"  # the first read again, after the check changed them
+        else:
+            kind = read_kind(gray, psm, page[0]) if page else "first"
+            page[:] = page or [gray, psm]
         by_kind[kind] += time.process_time() - started
-        return lines
+        return tsv
 
-    ocr._run_tesseract = timed
-    readings, started = {}, time.process_time()
-    for name, picture in pictures.items():
+    def checked(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        checking.append(True)
+        try:
+            return read_lines(*args, **kwargs)
+        finally:
+            checking.clear()
+            checked_languages[:] = [True]
+
+    ocr.read_tsv, ocr_languages.read_tsv, ocr_languages._read_lines = timed, timed, checked
+    readings, read_with, checked, started = {}, Counter(), 0, time.process_time()
+    for name, (picture, hint) in pictures.items():
         page.clear()
-        readings[name] = ocr.ocr_image(picture, ["eng"]).text
+        checked_languages.clear()
+        result = ocr_languages.read_image(picture, allowed, hint)
+        readings[name] = result.text
+        read_with["+".join(result.languages)] += 1
+        checked += bool(checked_languages)
     cpu = time.process_time() - started
     report = {
         "set": args.set,
         "images": len(pictures),
         "ocr_cpu_s": round(cpu, 1),
+        "languages": allowed,
+        "images_checked_for_other_scripts": checked,
+        "images_read_with": dict(read_with.most_common()),
         "tesseract_s_by_read": {kind: round(seconds, 1) for kind, seconds in by_kind.most_common()},
         "words": sum(len(words(text)) for text in readings.values()),
     }

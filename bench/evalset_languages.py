@@ -8,9 +8,11 @@ noise). Every number appears once in the whole set. Rendering needs fonts-noto-c
 DejaVu Sans (Russian), both installed by scripts/setup.sh.
 
     python bench/evalset_languages.py generate OUT_DIR --companies 8 --seed 7
-    VISION_RAG_CONFIG=OUT_DIR/config.json python bench/eval_retrieval.py OUT_DIR --k 5 --no-classifier
+    python bench/eval_retrieval.py OUT_DIR --k 5 --no-classifier
 
-`OUT_DIR/config.json` is the default config plus the OCR languages (eng, chi_sim, rus).
+Default settings read it (OCR languages `auto`). `OUT_DIR/config.json` is the default config with
+the OCR languages listed instead (eng, chi_sim, rus): run with `VISION_RAG_CONFIG=OUT_DIR/config.json`
+to compare.
 """
 
 from __future__ import annotations

@@ -97,6 +97,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if report.languages:
             seen = sorted(report.languages.items(), key=lambda item: -item[1])
             print("languages: " + ", ".join(f"{language} ({count} chunks)" for language, count in seen))
+        if report.ocr_languages:
+            read = sorted(report.ocr_languages.items(), key=lambda item: -item[1])
+            print("OCR languages: " + ", ".join(f"{language} ({count} images)" for language, count in read))
         for warning in report.warnings:
             print(f"WARNING {warning}", file=sys.stderr)
         if report.fallbacks:

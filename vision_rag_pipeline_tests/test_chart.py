@@ -218,7 +218,7 @@ class _RecordingModel:
 
 def test_llm_fusion_is_asked_for_category_value_lines_and_given_the_layouts_pairs() -> None:
     words = _laid_out_vertical(["Alpha", "Beta", "Gamma"], ["11.5", "22.5", "33.5"], shift=0.0)
-    ocr = OcrResult(text="Alpha Beta Gamma\n11.5 22.5 33.5", words=words)
+    ocr = OcrResult(text="Alpha Beta Gamma\n11.5 22.5 33.5", confidence=92.0, level="High", words=words)
     image = DocumentImage(
         url="https://example.com/c.png", name="c.png", mime="image/png", data=b"x", alt="Orders chart"
     )

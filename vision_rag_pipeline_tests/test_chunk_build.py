@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.build import IMAGE_EXCERPT_CHARS, _continues, _line_groups, build_chunks
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.documents.model import DocumentImage, Element, LoadedDocument, Location
+from vision_rag_pipeline.enrichment.fusion import fuse_by_rule
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult, OcrWord
 from vision_rag_pipeline.images.model import ExtractedImage
+from vision_rag_pipeline.indexes.lexical import LexicalDoc
+from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 
 KPI_TABLE_OCR = """KPI summary, Q3 2023
 Metric Actual Target Status
@@ -203,3 +209,59 @@ def test_an_untitled_scan_is_titled_by_its_first_line_and_its_excerpts_carry_it(
     assert {c.metadata["title"] for c in chunks} == {"Northwind: internal memo, Q2 2024"}
     excerpts = [c.text for c in chunks if "image_excerpt" in c.metadata]
     assert excerpts and all(t.count("Northwind: internal memo") == 1 for t in excerpts), "said once"
+
+
+@pytest.mark.parametrize(
+    "level,page_image,indexed", [("Low", False, False), ("Medium", False, True), ("Low", True, True)]
+)
+def test_a_low_confidence_photo_adds_no_ocr_words_to_the_index(
+    tmp_path: Path, level: str, page_image: bool, indexed: bool
+) -> None:
+    """Photo texture read as letters stays out of the chunks and the lexical index; the photo is still
+    found by what the page says about it. The same reading at Medium confidence is indexed, and so is
+    a Low reading of a page image (a page without a text layer: its reading is all the text there)."""
+    photo = DocumentImage(
+        url="cid:harbour",
+        name="harbour.jpg",
+        mime="image/jpeg",
+        data=b"\xff\xd8 not decoded here",
+        alt="Container harbour at dawn",
+        caption="The new northern terminal",
+        context="Cranes at the northern terminal unload the first ships.",
+        is_page_image=page_image,
+    )
+    noise = ["Ssss", "eeae", "Seees", "4815"]
+    words = [
+        OcrWord(text=w, conf=41.0, left=30 * i, top=10, width=25, height=12) for i, w in enumerate(noise)
+    ]
+    reading = OcrResult(
+        text=f"{noise[0]} {noise[1]}\n{noise[2]} {noise[3]}", confidence=41.0, level=level, words=words
+    )
+    fused = fuse_by_rule(photo, ["photo"], reading, "report.pdf/harbour.jpg", 12)
+    sha = "a" * 64
+    enrichment = EnrichmentResult(
+        image_sha256=sha,
+        image_url=photo.url,
+        meta_content=fused.meta_content,
+        description=fused.description,
+        image_type=fused.image_type,
+        keywords=fused.keywords,
+        ocr=reading,
+    )
+    doc = LoadedDocument(
+        source_path="/reports/harbour.pdf",
+        mime="application/pdf",
+        title="Port annual review",
+        elements=[Element(kind="image", image_index=0, location=Location(page=1))],
+        images=[photo],
+    )
+    image = ExtractedImage.of(photo).model_copy(update={"sha256": sha})
+    chunks = build_chunks("doc", doc, [image], {sha: enrichment}, [], LoaderConfig(), SplitterConfig())
+    index = open_tantivy_index(tmp_path / "lexical")
+    index.replace_document("doc", [LexicalDoc.of(chunk) for chunk in chunks])
+
+    found = {word: bool(index.search(word, 5)) for word in noise}
+    assert found == dict.fromkeys(noise, indexed)
+    assert any(word in " ".join(fused.keywords) for word in noise) == indexed
+    for words_on_the_page in ("container harbour", "northern terminal", "cranes unload"):
+        assert index.search(words_on_the_page, 5), words_on_the_page

@@ -28,6 +28,7 @@ INGEST_KEYS = {
     "interrupted",
     "seconds",
     "languages",
+    "ocr_languages",
     "warnings",
 }
 HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image"}
@@ -54,6 +55,7 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     assert set(report) == INGEST_KEYS
     assert code == 1, "a failed file makes the exit code 1"
     assert report["documents"] == len(samples), "the good files are still ingested"
+    assert set(report["ocr_languages"]) == {"eng"}, "English samples are read in English alone"
     assert {f["path"] for f in report["failed"]} == {str(bad), str(missing)}
     assert all("\n" not in f["error"] and f["error"] for f in report["failed"])
     assert report["chunks"] > 0 and report["images"] > 0

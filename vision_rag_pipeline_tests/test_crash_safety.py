@@ -199,7 +199,7 @@ def test_a_broken_file_is_one_line_on_the_terminal(
     assert "Traceback" not in err + out and "Stack Trace" not in err + out
     summary, *languages = out.splitlines()
     assert "1 not ingested" in summary
-    assert [line.split(":")[0] for line in languages] == ["languages"], (
+    assert [line.split(":")[0] for line in languages] == ["languages", "OCR languages"], (
         "stdout is the summary and nothing else"
     )
 

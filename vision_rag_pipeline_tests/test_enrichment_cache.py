@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-c4e8cb4e684f86bc6d04e1ee93f1451d2fb36a579f57b74182904988e68b9e23"
+PINNED_KEY = "intranet-2024-07-22-e47278f3dd966eaf3b911b6870159582b9a2324a94d4a70a839184c50866ae5d"
 
 
 def _config(**changes: Any) -> RagConfig:
@@ -59,7 +59,9 @@ def _config(**changes: Any) -> RagConfig:
     return RagConfig.model_validate(data)
 
 
-def test_cache_key_is_pinned_and_stable_across_processes() -> None:
+def test_cache_key_is_pinned_and_stable_across_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vision_rag_pipeline.enrichment import cache
+
     key = cache_key(IMAGE, RagConfig.model_validate(PINNED_CONFIG), "offline")
     code = (
         "from vision_rag_pipeline.core.config import RagConfig;"
@@ -68,7 +70,9 @@ def test_cache_key_is_pinned_and_stable_across_processes() -> None:
     )
     other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other_process.stdout.strip() == key
-    assert key == PINNED_KEY
+    # the OCR models' content is this host's (a per-host input): fixed here to pin everything else
+    monkeypatch.setattr(cache, "language_fingerprint", lambda configured: f"{'+'.join(configured)}:models")
+    assert cache_key(IMAGE, RagConfig.model_validate(PINNED_CONFIG), "offline") == PINNED_KEY
 
 
 @pytest.mark.parametrize("revision", ["OCR_REVISION", "LANGUAGE_REVISION", "FUSION_REVISION"])
@@ -80,6 +84,21 @@ def test_a_new_ocr_revision_gives_new_keys_so_old_readings_are_not_served(
     before = cache_key(IMAGE, RagConfig(), "offline")
     monkeypatch.setattr(cache, revision, getattr(cache, revision) + 1)
     assert cache_key(IMAGE, RagConfig(), "offline") != before
+
+
+def test_hosts_with_other_ocr_languages_installed_do_not_share_auto_readings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`auto` reads with what this host has: a host without Chinese would read a Chinese chart as
+    English, so its readings must not be served to (or from) a host with it."""
+    from vision_rag_pipeline.enrichment import languages
+
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus", "chi_sim"})
+    auto, listed = RagConfig(), _config(**{"media_enrichment.ocr.languages": ["eng", "rus"]})
+    with_chinese = cache_key(IMAGE, auto, "offline"), cache_key(IMAGE, listed, "offline")
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus"})
+    assert cache_key(IMAGE, auto, "offline") != with_chinese[0]
+    assert cache_key(IMAGE, listed, "offline") == with_chinese[1]  # a list is the same input everywhere
 
 
 def test_cache_key_accepts_the_sha256_instead_of_the_bytes() -> None:

@@ -162,7 +162,7 @@ def test_a_scan_with_its_own_ocr_layer_is_not_read_again(
     def no_tesseract(*_args: object) -> None:
         raise AssertionError("an image with a text layer was OCR'd")
 
-    monkeypatch.setattr(batch_module, "ocr_image", no_tesseract)
+    monkeypatch.setattr(batch_module, "read_image", no_tesseract)
     result = enrich_document_images([scan], verdicts, config, cache, "scan.pdf").results[scan.sha256]
     assert result.ocr.text == layer and result.ocr.level == "High"
     assert "rent 12,5 % above index" in parse_meta_content(result.meta_content)["content"]

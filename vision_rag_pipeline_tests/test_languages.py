@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
 from vision_rag_pipeline.cli import main
-from vision_rag_pipeline.core.text import cjk_bigrams, text_language
+from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.core.text import cjk_bigrams, fold_homoglyphs, text_language
 from vision_rag_pipeline.embeddings.encoder import (
     EmbeddingModelError,
     encode,
@@ -23,10 +24,12 @@ from vision_rag_pipeline.embeddings.encoder import (
     model_directory,
     model_languages,
 )
-from vision_rag_pipeline.enrichment import ocr
-from vision_rag_pipeline.indexes.tantivy_index import build_query, russian_tokens
+from vision_rag_pipeline.enrichment import languages, ocr
+from vision_rag_pipeline.indexes.lexical import LexicalDoc
+from vision_rag_pipeline.indexes.tantivy_index import build_query, open_tantivy_index, russian_tokens
 from vision_rag_pipeline.query.ask import question_terms, sentences
 from vision_rag_pipeline.query.localize import find_excerpt
+from vision_rag_pipeline.query.search import match_scores
 from vision_rag_pipeline_tests.conftest import bench_module
 
 evalset_languages = bench_module("evalset_languages")
@@ -54,12 +57,23 @@ def _digits(text: str) -> str:
 
 # --- OCR: which languages an image is read with ----------------------------------------------------
 
+AUTO = languages.resolve_languages(languages.AUTO) if ocr.available_languages() else []
+
+
+def _hint(report: object, kind: str) -> str:
+    """What the page says around the image, as the loaders give it: the MHTML report's caption and
+    body around its slide and chart; nothing around a scanned memo (a PDF without a text layer)."""
+    text = evalset_languages.TEXT[report.language]
+    fmt = {"company": report.company, "year": report.year, "quarter": report.quarter}
+    caption = {"slide": text["slide_caption"], "chart": text["chart_caption"], "scan": ""}[kind]
+    return f"{caption} {text['body'].format(**fmt)}" if caption else ""
+
 
 @needs_ocr_languages
 @needs_fonts
 @pytest.mark.parametrize("language,traineddata", [("zh", "chi_sim"), ("ru", "rus")])
 @pytest.mark.parametrize("kind", ["slide", "chart", "scan"])
-def test_each_image_is_read_in_its_own_language_and_its_facts_come_out(
+def test_with_default_settings_each_image_is_read_in_its_own_language_and_its_facts_come_out(
     reports: dict, language: str, traineddata: str, kind: str
 ) -> None:
     report = reports[language]
@@ -70,37 +84,106 @@ def test_each_image_is_read_in_its_own_language_and_its_facts_come_out(
     else:
         image = evalset_languages.render_scan(report, random.Random(3))
         facts = [value for _, value, _ in report.scan]
-    chosen = ocr.detect_languages(image, LANGUAGES)
-    assert chosen[0] == traineddata
-    assert ("eng" in chosen) == (language == "zh"), "English helps Chinese pages with their numbers"
-    result = ocr.ocr_image(image, chosen)
-    assert result.languages == chosen
+    assert RagConfig().media_enrichment.ocr.languages == languages.AUTO  # nothing configured
+    result = languages.read_image(image, AUTO, _hint(report, kind))
+    assert result.languages[0] == traineddata
+    assert ("eng" in result.languages) == (language == "zh"), "English helps Chinese pages with their numbers"
     # a decimal comma may come back as a point: the number is what counts here
     found = [fact for fact in facts if _digits(fact) in _digits(result.text)]
     assert len(found) >= len(facts) - 1, f"{kind}: {result.text!r} misses {set(facts) - set(found)}"
     assert text_language(result.text) == language
 
 
+def _english_slide() -> Image.Image:
+    image = Image.new("RGB", (900, 260), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((20, 40), "Q3 revenue grew 12.4%", font=evalset_languages._font("ru", 40), fill="black")
+    draw.text((20, 140), "Operating margin 31.7%", font=evalset_languages._font("ru", 40), fill="black")
+    return image
+
+
 @needs_ocr_languages
-def test_an_english_image_is_read_in_english_alone_even_with_more_languages_configured() -> None:
-    image = Image.new("RGB", (700, 160), "white")
-    ImageDraw.Draw(image).text(
-        (20, 40), "Q3 revenue grew 12.4%", font=evalset_languages._font("ru", 40), fill="black"
+def test_an_english_image_is_read_in_english_alone_without_a_language_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What auto costs an English image: nothing beyond the English read it gets anyway."""
+    monkeypatch.setattr(languages, "_read_lines", lambda *a: pytest.fail("no language check expected"))
+    reads: list[int] = []
+    read_tsv = ocr.read_tsv
+
+    def counted(*args: object, **kwargs: object) -> str:
+        reads.append(1)
+        return read_tsv(*args, **kwargs)
+
+    monkeypatch.setattr(ocr, "read_tsv", counted)
+    result = languages.read_image(_english_slide(), AUTO, hint="Figure 2. Quarterly results")
+    auto_reads = len(reads)
+    reads.clear()
+    english = ocr.ocr_image(_english_slide(), ["eng"])
+    assert result.languages == ["eng"] and result.text == english.text
+    assert "Q3 revenue grew 12.4%" in result.text
+    assert auto_reads == len(reads), "the first English read is reused, not made twice"
+
+
+@needs_ocr_languages
+@needs_fonts
+def test_a_latin_code_that_ocr_reads_in_cyrillic_is_found_by_a_latin_query(tmp_path: Path) -> None:
+    """Russian OCR writes the Latin code H-558 with Cyrillic letters; a user types it in Latin."""
+    image = Image.new("RGB", (1100, 200), "white")
+    draw = ImageDraw.Draw(image)
+    font = evalset_languages._font("ru", 40)
+    draw.text((20, 30), "Насос H-558 поставлен на склад", font=font, fill="black")
+    draw.text((20, 110), "Клапан E-357 заменён в марте", font=font, fill="black")
+    result = languages.read_image(image, AUTO, hint="Склад: поставки и замены оборудования")
+    assert result.languages == ["rus"]
+    assert "558" in result.text and "357" in result.text
+    index = open_tantivy_index(tmp_path / "lexical")
+    index.replace_document(
+        "memo",
+        [
+            LexicalDoc(chunk_id="ocr", document_id="memo", kind="image", text=result.text),
+            LexicalDoc(chunk_id="other", document_id="memo", kind="text", text="Насос K-558 списан."),
+        ],
     )
-    assert ocr.detect_languages(image, LANGUAGES) == ["eng"]
-    assert "Q3 revenue grew 12.4%" in ocr.ocr_image(image, ["eng"]).text
+    assert [hit.chunk_id for hit in index.search("H-558", 5)][:1] == ["ocr"]
+    assert [hit.chunk_id for hit in index.search("E-357", 5)] == ["ocr"]
 
 
-def test_one_configured_language_is_used_without_a_detection_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ocr, "_run_tesseract", lambda *a: pytest.fail("no detection read expected"))
-    assert ocr.detect_languages(Image.new("L", (50, 50), 255), ["eng"]) == ["eng"]
+def test_one_configured_language_is_read_without_a_language_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(languages, "_read_lines", lambda *a: pytest.fail("no language check expected"))
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng"})
+    assert languages.resolve_languages(["eng"]) == ["eng"]
+    assert languages.choose_languages(None, "", ["eng"], ["eng"]) == ["eng"]  # type: ignore[arg-type]
 
 
-def test_a_missing_ocr_language_is_named_with_the_package_that_installs_it() -> None:
-    assert ocr.missing_languages(["eng", "xyz_test"]) == ["xyz_test"]
-    message = ocr.missing_language_warning("chi_tra")
-    assert "apt-get install tesseract-ocr-chi-tra" in message and "not installed" in message
-    assert ocr.usable_languages(["xyz_test", "eng"]) == ["eng"]
+def test_auto_takes_english_and_the_most_used_language_of_every_other_installed_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed = {"eng", "deu", "fra", "ukr", "rus", "chi_tra", "chi_sim", "jpn", "jpn_vert", "kor", "ara"}
+    monkeypatch.setattr(languages, "available_languages", lambda: installed)
+    assert languages.auto_languages() == ["eng", "rus", "chi_sim", "jpn", "kor", "ara"]
+    assert languages.language_set("auto") == ["auto", "eng", "rus", "chi_sim", "jpn", "kor", "ara"]
+    assert languages.language_set(["eng", "deu"]) == ["eng", "deu"]  # a list is recorded as written
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus"})
+    assert languages.language_set("auto") == ["auto", "eng", "rus"]  # another host, another version
+
+
+def test_a_missing_ocr_language_is_an_error_naming_the_package_that_installs_it() -> None:
+    with pytest.raises(ocr.OcrError) as error:
+        languages.resolve_languages(["eng", "xyz_test"])
+    message = str(error.value)
+    assert "'xyz_test'" in message and "apt-get install tesseract-ocr-xyz-test" in message
+    assert "\n" not in message
+
+
+def test_the_scripts_around_an_image_are_told_by_their_letters() -> None:
+    assert languages.hint_scripts("Рис. 2. Продажи по регионам (Q3)") == {"Cyrillic"}
+    assert languages.hint_scripts("图2. 各地区销售额 Sales by region") == {"Han", "Latin"}
+    assert languages.hint_scripts("売上高は増えました") == {"Kana", "Han"}
+    assert languages.hint_scripts("Figure 2, by Łukasz Müller — Ε") == {
+        "Latin"
+    }  # one Greek letter is a stray
+    assert languages.hint_scripts("12.5 % — 2024") == set()
 
 
 # --- what language a text is in ---------------------------------------------------------------------
@@ -132,6 +215,63 @@ def test_chinese_question_words_are_not_searched() -> None:
     query = str(build_query("营业收入是多少？", None, None))
     assert '"多少"' not in query and '"营业"' in query  # bigram terms; "是多" spans the cut: gone too
     assert '"是多"' not in query
+
+
+# --- look-alike letters inside codes ----------------------------------------------------------------
+
+# Latin capitals with a Cyrillic or Greek look-alike, and those look-alikes
+LATIN_WITH_LOOKALIKES = "ABEKMHOPCTXY"
+LOOKALIKES = {"A": "АΑ", "B": "ВΒ", "E": "ЕΕ", "K": "КΚ", "M": "МΜ", "H": "НΗ", "O": "ОΟ", "P": "РΡ",
+              "C": "С", "T": "ТΤ", "X": "ХΧ", "Y": "УΥ"}  # fmt: skip
+RUSSIAN_LETTERS = "абвгдеёжзийклмнопрстуфхцчшщъыьэюяАБВГДЕЁЖЗИЙКЛМНОПРСТУФХЦЧШЩЪЫЬЭЮЯ"
+
+
+@st.composite
+def codes(draw: st.DrawFn) -> tuple[str, str]:
+    """(a Latin code such as "HK-558", the same code with some letters typed as look-alikes)."""
+    letters = draw(st.text(alphabet=LATIN_WITH_LOOKALIKES, min_size=1, max_size=4))
+    if draw(st.booleans()):
+        letters = letters.lower()
+    digits = draw(st.text(alphabet="0123456789", min_size=1, max_size=5))
+    joiner = draw(st.sampled_from(["", "-", "/", "."]))
+    latin = letters + joiner + digits if draw(st.booleans()) else digits + joiner + letters
+    typed = "".join(
+        draw(st.sampled_from([c, *(LOOKALIKES[c.upper()].lower() if c.islower() else LOOKALIKES[c])]))
+        if c.upper() in LOOKALIKES
+        else c
+        for c in latin
+    )
+    return latin, typed
+
+
+@given(codes(), st.text(alphabet=RUSSIAN_LETTERS, min_size=1, max_size=12))
+def test_a_code_folds_to_latin_whichever_look_alikes_it_was_written_with(code: tuple, word: str) -> None:
+    latin, typed = code
+    assert fold_homoglyphs(f"{word} {typed}, {word}.") == f"{word} {latin}, {word}."
+
+
+@given(st.text(alphabet=RUSSIAN_LETTERS + " .,;:!?()«»—\n", max_size=80))
+def test_russian_words_are_never_folded(text: str) -> None:
+    assert fold_homoglyphs(text) == text
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_ascii_text_is_left_as_it_is(text: str) -> None:
+    assert fold_homoglyphs(text) == text
+
+
+@given(st.text(alphabet=RUSSIAN_LETTERS + "ΑΒΕΗΚΜΝΟΡΤΥΧαβεηκμνορτυχΣσ" + "AbcHxyz0123456789 -/._,"))
+def test_folding_is_idempotent_keeps_length_and_commutes_with_lower_case(text: str) -> None:
+    folded = fold_homoglyphs(text)
+    assert fold_homoglyphs(folded) == folded
+    assert len(folded) == len(text)  # offsets into the text stay valid
+    assert fold_homoglyphs(text.lower()) == folded.lower()  # the analyzers lower-case after folding
+
+
+def test_the_re_ranker_matches_a_latin_code_against_its_cyrillic_reading() -> None:
+    texts = {"pump": "Насос \u041d-558 поставлен.", "valve": "Клапан \u0415-558 заменён."}
+    scores = match_scores("Где находится H-558?", texts, {})
+    assert scores["pump"] > scores["valve"]
 
 
 # --- offline answers and citations ------------------------------------------------------------------
@@ -186,16 +326,18 @@ def test_a_missing_model_is_a_clear_error_not_a_download(tmp_path: Path) -> None
 
 @needs_ocr_languages
 @needs_fonts
-def test_chinese_and_russian_reports_ingest_and_answer_in_their_language(
+def test_with_default_settings_chinese_and_russian_reports_ingest_and_answer_in_their_language(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "set"
     evalset_languages.generate(out, companies=1, seed=5)
-    monkeypatch.setenv("VISION_RAG_CONFIG", str(out / "config.json"))
+    monkeypatch.delenv("VISION_RAG_CONFIG", raising=False)  # nothing configured: OCR languages are auto
     documents = sorted(str(p) for p in (out / "docs").iterdir())
     assert main(["ingest", *documents, "--json", "--workers", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"zh", "ru"} <= set(report["languages"])
+    # the summary says which OCR languages read the images: 3 images per language, Chinese with English
+    assert report["ocr_languages"] == {"rus": 3, "chi_sim": 3, "eng": 3}
     assert any("English-only" in warning for warning in report["warnings"]), report["warnings"]
 
     from vision_rag_pipeline.query import search
@@ -216,14 +358,18 @@ def test_chinese_and_russian_reports_ingest_and_answer_in_their_language(
     assert found["zh"] >= 0.8 * totals["zh"] and found["ru"] >= 0.7 * totals["ru"], (found, totals)
 
 
-def test_the_ingest_summary_warns_once_about_a_missing_ocr_language(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@needs_fonts
+def test_a_host_without_a_configured_ocr_language_fails_the_document_in_one_line(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from vision_rag_pipeline.defs.runner import language_warnings
-
+    out = tmp_path / "set"
+    evalset_languages.generate(out, companies=1, seed=5)
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"media_enrichment": {"ocr": {"languages": ["eng", "xyz_test"]}}}))
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
-    warnings = language_warnings(["en"])
-    assert len(warnings) == 1 and "tesseract-ocr-xyz-test" in warnings[0]
-    assert language_warnings(["en", "ru"])[1:] and "English-only" in language_warnings(["ru"])[1]
+    memo = next(str(p) for p in (out / "docs").iterdir() if p.name.startswith("ru") and p.suffix == ".pdf")
+    assert main(["ingest", memo, "--json", "--workers", "1"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    [failed] = report["failed"]
+    assert "'xyz_test'" in failed["error"] and "apt-get install tesseract-ocr-xyz-test" in failed["error"]
+    assert "\n" not in failed["error"] and Path(memo).name in failed["error"]

@@ -314,6 +314,24 @@ def test_an_inflected_russian_query_matches_by_stem(index: LexicalIndex) -> None
     assert ids(index.search("численности персонала", 5))[:1] == ["staff"]
 
 
+def test_a_code_matches_whichever_look_alike_letters_either_side_wrote(index: LexicalIndex) -> None:
+    # OCR with Russian in its languages wrote the Latin codes with Cyrillic Н, Е and К; the codes share
+    # their number, so only the letters tell them apart
+    index.replace_document(
+        "ru",
+        [
+            doc("pump", "ru", "Насос \u041d-558 поставлен на склад в марте."),
+            doc("valve", "ru", "Клапан \u0415-558 заменён, выручка выросла."),
+            doc("filter", "ru", "Фильтр \u041a558 и комплект TX7 отгружены."),
+        ],
+    )
+    assert ids(index.search("H-558", 5))[:1] == ["pump"]  # typed with a Latin keyboard
+    assert ids(index.search("E-558", 5))[:1] == ["valve"]
+    assert ids(index.search("K558", 5)) == ["filter"]
+    assert ids(index.search("\u0422\u0425" + "7", 5)) == ["filter"]  # Cyrillic Т, Х typed for a Latin code
+    assert ids(index.search("выручки", 5)) == ["valve"]  # the Russian words around the codes keep their stems
+
+
 def test_rebuild_swaps_in_the_new_index_while_searches_keep_answering(index: LexicalIndex) -> None:
     load_corpus(index)
     before = ids(index.search("chart", 10))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -102,11 +101,11 @@ def test_confidence_levels(confidence: float, level: str) -> None:
     assert confidence_level(confidence) == level
 
 
-def test_missing_languages_are_dropped_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger=ocr.__name__):
-        assert usable_languages(["xx_missing", "eng"]) == ["eng"]
-        assert usable_languages(["xx_missing"]) == ["eng"]
-    assert sum("xx_missing" in r.message for r in caplog.records) == 1
+def test_a_missing_language_stops_ocr_instead_of_reading_english() -> None:
+    with pytest.raises(ocr.OcrError, match="'xx_missing'.*apt-get install tesseract-ocr-xx-missing"):
+        usable_languages(["eng", "xx_missing"])
+    with pytest.raises(ocr.OcrError, match="xx_missing"):
+        ocr_image(_text_image(), ["xx_missing"])
 
 
 @pytest.mark.skipif("chi_sim" not in ocr.available_languages(), reason="chi_sim traineddata not installed")
@@ -353,13 +352,13 @@ def test_a_photo_without_text_is_read_once(monkeypatch: pytest.MonkeyPatch) -> N
     texture = np.random.default_rng(5).normal(128, 60, (300, 400)).clip(0, 255).astype(np.uint8)
     photo = Image.fromarray(texture, "L").resize((1200, 900), Image.Resampling.BICUBIC).convert("RGB")
     reads: list[tuple[int, tuple[int, int]]] = []
-    run_tesseract = ocr._run_tesseract
+    read_tsv = ocr.read_tsv
 
-    def recorded(gray: Image.Image, psm: int, languages: list[str], **options: bool) -> list:
+    def recorded(gray: Image.Image, psm: int, languages: list[str], **options: bool) -> str:
         reads.append((psm, gray.size))
-        return run_tesseract(gray, psm, languages, **options)
+        return read_tsv(gray, psm, languages, **options)
 
-    monkeypatch.setattr(ocr, "_run_tesseract", recorded)
+    monkeypatch.setattr(ocr, "read_tsv", recorded)
     result = ocr_image(photo, ["eng"])
     assert not any(w.conf >= ocr.HIGH_CONFIDENCE for w in result.words)
     assert [psm for psm, size in reads if size in (reads[0][1], reads[0][1][::-1])] in ([3], [6])

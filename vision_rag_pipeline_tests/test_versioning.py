@@ -102,6 +102,26 @@ def test_switching_from_offline_to_a_vision_endpoint_re_enriches():
     assert enrichment_version(config, OFFLINE) != enrichment_version(config, ENDPOINT)
 
 
+def test_the_ocr_languages_a_host_has_are_in_the_enrichment_version_under_auto(monkeypatch):
+    from vision_rag_pipeline.enrichment import languages
+
+    listed = with_settings(media_enrichment={"ocr": {"languages": ["eng", "rus"]}})
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus", "chi_sim"})
+    before = versions(RagConfig()), versions(listed)
+    monkeypatch.setattr(languages, "available_languages", lambda: {"eng", "rus"})
+    after = versions(RagConfig()), versions(listed)
+    assert {name for name in before[0] if before[0][name] != after[0][name]} == {"enrichment"}
+    assert before[1] == after[1]  # a listed language is required on every host instead
+
+
+def test_a_new_lexical_analysis_rewrites_only_the_lexical_index(monkeypatch: pytest.MonkeyPatch):
+    from vision_rag_pipeline.defs import versions as module
+
+    before = module.lexical_version(), versions(RagConfig())
+    monkeypatch.setattr(module, "LEXICAL_ANALYSIS_REVISION", module.LEXICAL_ANALYSIS_REVISION + 1)
+    assert module.lexical_version() != before[0] and versions(RagConfig()) == before[1]
+
+
 def test_classifier_threshold_moves_only_the_classifier_version():
     after = with_settings(media_enrichment={"features": {"classifier": {"threshold": 0.5}}})
     assert changed(RagConfig(), after) == {"classifier"}

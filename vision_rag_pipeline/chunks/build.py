@@ -20,7 +20,7 @@ from vision_rag_pipeline.chunks.splitter import split_text
 from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
-from vision_rag_pipeline.enrichment.fusion import chart_data_rows, clean_ocr_text
+from vision_rag_pipeline.enrichment.fusion import chart_data_rows, clean_ocr_text, indexable_reading
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -28,7 +28,7 @@ from vision_rag_pipeline.images.model import ExtractedImage
 # the image caption: a question about one row of a table or one bar of a chart then meets a
 # chunk about that row, not a whole image's worth of text diluted by every other row.
 # Bump when a change here changes the chunks a document yields (the chunking code version includes it).
-CHUNKING_REVISION = 7
+CHUNKING_REVISION = 8  # 8: no excerpts of a Low OCR reading of a picture on a page
 IMAGE_EXCERPT_CHARS = 160
 
 
@@ -180,6 +180,7 @@ def _image_chunks(
         if result is None or result.image_sha256 in seen:
             continue
         seen.add(result.image_sha256)
+        reading = indexable_reading(result.ocr, image)
         metadata = _base_metadata(doc) | {
             "image_sha256": result.image_sha256,
             "image_name": image.name,
@@ -188,7 +189,7 @@ def _image_chunks(
             "ocr_confidence": result.ocr.level,
             "ocr_languages": result.ocr.languages,  # the Tesseract languages this image was read with
             # the image's own text says its language; the Meta-Content headers are always English
-            "language": text_language(result.ocr.text or result.description),
+            "language": text_language(reading.text or result.description),
             "keywords": result.keywords,
             "fusion": result.fusion,
             "alt": image.alt,
@@ -204,13 +205,13 @@ def _image_chunks(
             "image": image.url,
         }
         chunks.append(Chunk(chunk_id="", text=result.meta_content, metadata=metadata, **located))
-        text_lines = [line for line in clean_ocr_text(result.ocr.text).splitlines() if line.strip()]
+        text_lines = [line for line in clean_ocr_text(reading.text).splitlines() if line.strip()]
         # the image's own first line is its title ("KPI summary, Q3 2024"): every excerpt repeats it
         title = text_lines[0] if text_lines else ""
         heading = " — ".join(dict.fromkeys(p for p in (doc.title, image.caption or image.alt, title) if p))
         # a chart's rows ("Lynx: 47.2") follow its lines, packed with them: a question about one bar
         # meets its value beside its label (one chunk per row crowded other images out of the top 5)
-        rows = chart_data_rows(result.image_type, result.ocr)
+        rows = chart_data_rows(result.image_type, reading)
         for part, lines in enumerate(_line_groups("\n".join([*text_lines[1:], *rows]), IMAGE_EXCERPT_CHARS)):
             chunks.append(
                 Chunk(

@@ -118,12 +118,18 @@ class EnrichmentFeatures(_Strict):
 
 
 class OcrConfig(_Strict):
-    """Tesseract settings. With more than one language (e.g. ["eng", "chi_sim", "rus"]) each image is
-    first read once with all of them to see its scripts, then read with the languages of those
-    scripts only; languages missing from the machine are skipped with a warning."""
+    """Tesseract settings. `languages`: `auto` (the default; an empty list means the same) reads English
+    and every installed language of another script; a list (e.g. ["eng", "chi_sim", "rus"]) names
+    the languages, and a host without one of them fails the enrichment step. Either way each image
+    is read only in the languages of the scripts it holds (enrichment/languages.py)."""
 
-    languages: list[str] = Field(default_factory=lambda: ["eng"])
+    languages: list[str] | Literal["auto"] = "auto"
     max_workers: int | None = None
+
+    @field_validator("languages")
+    @classmethod
+    def _empty_is_auto(cls, v: list[str] | str) -> list[str] | str:
+        return v or "auto"
 
 
 class FusionConfig(_Strict):

@@ -264,6 +264,57 @@ def without_chinese_stop_words(text: str) -> str:
 _CHINESE_STOP = re.compile("|".join(sorted(CHINESE_STOP_WORDS, key=len, reverse=True)))
 
 
+# --- homoglyphs in codes ---------------------------------------------------------------------------
+
+# Cyrillic and Greek letters drawn like a Latin letter, in both cases, each with that Latin letter in
+# the same case: folding then commutes with lower-casing, which every analyzer applies after it.
+_LOOKALIKES = "АВЕКМНОРСТУХЅІЈԚԜ" + "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ"  # Cyrillic, Greek
+_AS_LATIN = "ABEKMHOPCTYXSIJQW" + "ABEZHIKMNOPTYX"
+_TO_LATIN = str.maketrans(_LOOKALIKES + _LOOKALIKES.lower(), _AS_LATIN + _AS_LATIN.lower())
+_FOLDABLE_CHARS = "".join(chr(code) for code in _TO_LATIN)
+_ANY_FOLDABLE = re.compile(f"[{_FOLDABLE_CHARS}]")
+# A token: letters and digits, joined by the marks codes are written with ("H-558", "RX/7", "v2.1")
+_CODE_TOKEN = re.compile(r"[^\W_]+(?:[-‐‑/._][^\W_]+)*")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+_LATIN_LETTER = re.compile("[A-Za-z]")
+_FOLDS_TO_LATIN = re.compile(f"[A-Za-z{_FOLDABLE_CHARS}]+")
+
+
+def _is_code(token: str) -> bool:
+    """A token with a digit, or with Latin letters beside Cyrillic or Greek ones: an identifier."""
+    return any(c.isdigit() for c in token) or bool(
+        _LATIN_LETTER.search(token) and any(c.isalpha() and not c.isascii() for c in token)
+    )
+
+
+def _fold_code(match: re.Match[str]) -> str:
+    token = match.group()
+    if not _is_code(token):
+        return token
+    return _LETTER_RUN.sub(_fold_run, token)
+
+
+def _fold_run(match: re.Match[str]) -> str:
+    run = match.group()
+    return run.translate(_TO_LATIN) if _FOLDS_TO_LATIN.fullmatch(run) else run
+
+
+def fold_homoglyphs(text: str) -> str:
+    """The text with Cyrillic and Greek look-alikes of Latin letters written in Latin inside codes.
+
+    OCR with Russian in its languages reads the Latin code "H-558" as "Н-558" (Cyrillic Н), and people
+    type codes with whichever keyboard is active: a search must not care. Inside a code (a token with a
+    digit, or mixing Latin with Cyrillic or Greek letters), each run of letters that could all be
+    Latin is written in Latin ("СО2" -> "CO2", "НOMEPАGE" -> "HOMEPAGE"). Words are left alone, so
+    Russian text keeps its words ("Выручка", "СССР") and its stems, and a run with a letter that has
+    no Latin look-alike ("5млн", "2024г") stays Cyrillic. One character for one, so offsets hold.
+    Index and query both go through it (the lexical indexes, the re-ranker's term match).
+    """
+    if not _ANY_FOLDABLE.search(text):
+        return text
+    return _CODE_TOKEN.sub(_fold_code, text)
+
+
 # The query module's one tokenizer: a number whole ("5.61", "10:30", "53,200"), a word with the
 # apostrophes and hyphens inside it ("co-founded"), letters and digits glued ("Q2", "3M") as one.
 _TERM = re.compile(r"\d+(?:[.,:]\d+)*(?![^\W_])|[^\W_]+(?:['’-][^\W_]+)*")
@@ -273,11 +324,12 @@ STEM_CHARS = 5
 def terms(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
     """The words and numbers of a text as every term match of the query module sees them (the
     search's rerank, the extractive answer), in order: lower-cased, a possessive cut, a month named
-    in full shortened as chart axes write it, a number whole; words in `drop` left out; Chinese,
+    in full shortened as chart axes write it, a number whole, a code with its look-alike letters in
+    Latin (`fold_homoglyphs`); words in `drop` left out; Chinese,
     Japanese and Korean as character bigrams (their words have no spaces).
     """
     found = cjk_bigrams(without_chinese_stop_words(text))
-    for token in _TERM.findall(CJK_RUN.sub(" ", text)):
+    for token in _TERM.findall(CJK_RUN.sub(" ", fold_homoglyphs(text))):
         word = token.lower().removesuffix("'s").removesuffix("’s")
         if word not in drop:
             found.append(ENGLISH_MONTH_ABBREVIATIONS.get(word, word))

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from vision_rag_pipeline.defs.host_inputs import OCR_LANGUAGES, require_launching_host_inputs
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.previews import first_words, image_grid
 from vision_rag_pipeline.defs.resources import IndexDatabase, RagConfigResource
@@ -13,8 +14,8 @@ from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_documen
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.fusion import parse_meta_content
+from vision_rag_pipeline.enrichment.languages import language_fingerprint, resolve_languages
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
-from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -82,6 +83,8 @@ def image_enrichments(
     rag_config: RagConfigResource,
 ) -> dg.Output[EnrichmentBatch]:
     config = rag_config.load()
+    resolve_languages(config.media_enrichment.ocr.languages)  # a listed language missing here: say which
+    require_launching_host_inputs(context, config, OCR_LANGUAGES)
     wanted = {v.image_sha256 for v in image_verdicts if v.verdict == "VISION"}
     vision_images = [image for image in extracted_images if image.sha256 in wanted]
     cache = index_db.enrichment_cache() if config.media_enrichment.features.cache.enabled else None
@@ -96,8 +99,6 @@ def image_enrichments(
     )
     for error in batch.errors:
         context.log.warning(error)
-    for language in missing_languages(config.media_enrichment.ocr.languages):
-        context.log.warning(missing_language_warning(language))
     read_with = Counter("+".join(r.ocr.languages) for r in batch.results.values() if r.ocr.languages)
     if batch.fallbacks:
         context.log.warning(f"offline fallbacks: {batch.fallbacks}")
@@ -125,6 +126,8 @@ def image_enrichments(
             "engine": batch.engine,
             tokens_label: batch.vision_tokens,
             "ocr_languages": dict(read_with),  # images per Tesseract language set they were read with
+            # what OCR could read with on this host (`auto`: its installed languages): a per-host input
+            "ocr_language_set": language_fingerprint(config.media_enrichment.ocr.languages),
             "fallbacks": sum(batch.fallbacks.values()),
             "fallback_reasons": dg.MetadataValue.json(batch.fallbacks),
             "provider_seconds": batch.provider_seconds,

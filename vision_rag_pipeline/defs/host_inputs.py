@@ -6,9 +6,8 @@ or a package of another version on one node), and the OCR languages installed. A
 differ would write different output and record a different code version, which the version sensor
 on the launching host would take for stale and re-run, possibly on that host again, forever. So:
 
-- `host_inputs()` fingerprints each input by content (the model files' sha256, never their path).
-  New inputs go beside `embedding_model` in the same map, e.g. an `ocr_languages` fingerprint (the
-  traineddata files of the configured languages) checked by image_enrichments.
+- `host_inputs()` fingerprints each input by content (the model files' sha256, never their path;
+  the OCR languages OCR may read with and their traineddata's sha256, checked by image_enrichments).
 - The asset jobs carry the launching process' map in the run tag `vision_rag/host_inputs` (job run
   tags reach every run of them: UI launches, sensors, backfills, the CLI, `ingest --submit`).
 - A step that depends on an input calls `require_launching_host_inputs`, which fails it, naming
@@ -29,9 +28,11 @@ import dagster as dg
 from vision_rag_pipeline.core.config import RagConfig, load_config
 from vision_rag_pipeline.core.content_hash import directory_sha256
 from vision_rag_pipeline.embeddings.encoder import model_directory
+from vision_rag_pipeline.enrichment.languages import language_fingerprint
 
 HOST_INPUTS_TAG = "vision_rag/host_inputs"
 EMBEDDING_MODEL = "embedding_model"
+OCR_LANGUAGES = "ocr_languages"
 
 
 class HostInputMismatch(RuntimeError):
@@ -47,7 +48,10 @@ def embedding_model_sha256(model_name: str) -> str:
 
 def host_inputs(config: RagConfig) -> dict[str, str]:
     """{input: fingerprint on this host} for every per-host input that changes outputs."""
-    return {EMBEDDING_MODEL: embedding_model_sha256(config.embedding.model)}
+    return {
+        EMBEDDING_MODEL: embedding_model_sha256(config.embedding.model),
+        OCR_LANGUAGES: language_fingerprint(config.media_enrichment.ocr.languages),
+    }
 
 
 def host_input_tags() -> dict[str, str]:

@@ -123,6 +123,7 @@ class _Counts(BaseModel):
     cache_hits: int = 0
     chunks: int = 0
     languages: dict[str, int] = Field(default_factory=dict)  # chunks per language their text is in
+    ocr_languages: dict[str, int] = Field(default_factory=dict)  # images read with each Tesseract language
     # images whose provider call fell back to the offline path, by reason ("vision: timeout": 3)
     fallbacks: dict[str, int] = Field(default_factory=dict)
 
@@ -137,18 +138,13 @@ class IngestReport(_Counts):
 
 
 def language_warnings(languages: Iterable[str]) -> list[str]:
-    """OCR languages configured but not installed, and an English-only embedding model meeting
-    other languages: each said once per ingest, not once per image or chunk. (Imported here: OCR
-    and the encoder are slow to import, and the CLI imports this module to start.)"""
+    """An English-only embedding model meeting other languages: said once per ingest, not once per
+    chunk. (Imported here: the encoder is slow to import, and the CLI imports this module to start.)
+    A configured OCR language this host lacks is no warning: it fails each document's enrichment."""
     from vision_rag_pipeline.embeddings.encoder import english_only_warning
-    from vision_rag_pipeline.enrichment.ocr import missing_language_warning, missing_languages
 
-    config = load_config()
-    warnings = [
-        missing_language_warning(lang) for lang in missing_languages(config.media_enrichment.ocr.languages)
-    ]
-    model = english_only_warning(config.embedding.model, languages)
-    return warnings + ([model] if model else [])
+    model = english_only_warning(load_config().embedding.model, languages)
+    return [model] if model else []
 
 
 @cache
@@ -409,6 +405,8 @@ def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[s
         setattr(report, field, getattr(report, field) + getattr(outcome, field))
     for language, count in outcome.languages.items():
         report.languages[language] = report.languages.get(language, 0) + count
+    for language, count in outcome.ocr_languages.items():
+        report.ocr_languages[language] = report.ocr_languages.get(language, 0) + count
     for reason, count in outcome.fallbacks.items():
         report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
     progress(f"ok {outcome.path} ({outcome.document_id})")
@@ -498,6 +496,7 @@ def run_document(path: str, document_id: str, verbose: bool = False) -> Document
         fallbacks=batch.fallbacks,
         chunks=len(chunks),
         languages=Counter(c.metadata["language"] for c in chunks if c.metadata.get("language")),
+        ocr_languages=Counter(lang for r in batch.results.values() for lang in r.ocr.languages),
     )
 
 

@@ -12,8 +12,10 @@ location computed when it loaded: a changed file takes effect without a reload, 
 that the UI shows stale code versions until one); where they differ it requests a run of that asset and
 everything downstream of it. No setting changes how a file loads, so raw_documents' version is the
 loaders' revision alone (an upgrade that loads files differently re-runs every document), and
-extracted_images, which only stores what raw_documents loaded, has none of its own. The enrichment and
-embedding caches make a re-run pay only for images and chunk texts that really changed.
+extracted_images, which only stores what raw_documents loaded, has none of its own; lexical_index's
+is the lexical analysis' revision (a new analysis writes each document's entries again, nothing
+upstream). The enrichment and embedding caches make a re-run pay only for images and chunk texts that
+really changed.
 
 A sensor rather than `AutomationCondition.code_version_changed()`: the condition compares with the
 previous evaluation tick only, so a change deployed while the daemon was off, or a partition that
@@ -38,6 +40,7 @@ from vision_rag_pipeline.enrichment.batch import enrichment_engine
 from vision_rag_pipeline.enrichment.cache import enrichment_settings
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
+from vision_rag_pipeline.indexes.lexical import LEXICAL_ANALYSIS_REVISION
 
 VERSION_LENGTH = 12
 
@@ -101,6 +104,11 @@ def embedding_version(config: RagConfig) -> str:
     )
 
 
+def lexical_version() -> str:
+    """How the lexical index analyses a chunk's text: only its code, no setting."""
+    return _short_hash({"revision": LEXICAL_ANALYSIS_REVISION})
+
+
 def code_versions() -> dict[str, str]:
     """Each derived asset's version: a hash of the settings that shape it, from the config in effect now."""
     config = load_config()
@@ -111,6 +119,7 @@ def code_versions() -> dict[str, str]:
         "image_enrichments": enrichment_version(config, engine),
         "document_chunks": chunking_version(config),
         "chunk_embeddings": embedding_version(config),
+        "lexical_index": lexical_version(),
     }
 
 
@@ -201,7 +210,8 @@ def stale_assets_by_partition(
     job_name="ingest_document",
     minimum_interval_seconds=sensor_interval_seconds(60),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When the enrichment, classifier, chunking or embedding settings (or the loaders' code) "
+    description="When the enrichment, classifier, chunking or embedding settings (or the loaders' code or "
+    "the lexical analysis) "
     "change, re-runs the changed asset and its downstream assets for every partition materialized with "
     "the old ones. "
     "Reads the config file on every tick: no reload is needed.",

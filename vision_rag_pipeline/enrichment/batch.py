@@ -34,8 +34,9 @@ from vision_rag_pipeline.enrichment.fusion import (
     meta_content,
     parse_meta_content,
 )
+from vision_rag_pipeline.enrichment.languages import read_image, resolve_languages
 from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
-from vision_rag_pipeline.enrichment.ocr import OcrError, detect_languages, ocr_image
+from vision_rag_pipeline.enrichment.ocr import OcrError
 from vision_rag_pipeline.enrichment.preprocess import (
     ImageError,
     encode_for_vision,
@@ -85,9 +86,14 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
     Threads, not processes: Tesseract's C API (tesserocr) and the numpy/PIL preparation release the
     GIL, so two threads read as fast as two processes here, without a pool that outlives the step
     (a process pool left idle at exit hangs Dagster's multiprocess step workers).
+
+    Each image is read in the languages of the scripts it holds, what the page says around it
+    (alt text, caption, surrounding text) telling the likely ones (`read_image`). A configured
+    language this host lacks raises OcrError for the whole batch: nothing is read without it.
     """
     ocr_config = config.media_enrichment.ocr
     workers = min(ocr_config.max_workers or cpu_threads(), max(1, len(images)))
+    languages = resolve_languages(ocr_config.languages)
 
     def read(image: DocumentImage) -> tuple[OcrResult, str | None]:
         if image.text_layer:
@@ -96,8 +102,9 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
             picture = load_image(image.data, image.mime)
         except ImageError as exc:
             return _svg_ocr(image.data) if is_svg(image.data, image.mime) else (OcrResult(), str(exc))
+        hint = " ".join((image.alt, image.title, image.caption, image.context))
         try:
-            return ocr_image(picture, detect_languages(picture, ocr_config.languages)), None
+            return read_image(picture, languages, hint), None
         except OcrError as exc:
             return OcrResult(), str(exc)
 

@@ -18,8 +18,9 @@ from psycopg.types.json import Jsonb
 from vision_rag_pipeline.core.config import RagConfig, parse_expiry_seconds
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.enrichment.fusion import FUSION_REVISION
+from vision_rag_pipeline.enrichment.languages import LANGUAGE_REVISION, language_fingerprint
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
-from vision_rag_pipeline.enrichment.ocr import LANGUAGE_REVISION, OCR_REVISION
+from vision_rag_pipeline.enrichment.ocr import OCR_REVISION
 
 OFFLINE_ENGINE = "offline"
 
@@ -75,7 +76,8 @@ def enrichment_settings(config: RagConfig, engine: str) -> dict:
     enrichment = config.media_enrichment
     settings: dict = {
         "engine": engine,
-        "ocr_languages": enrichment.ocr.languages,  # order matters to Tesseract
+        # order matters to Tesseract; with `auto`, this host's languages, and their models' content
+        "ocr_languages": language_fingerprint(enrichment.ocr.languages),
         "ocr_revision": OCR_REVISION,
         "language_revision": LANGUAGE_REVISION,  # which of those languages each image is read with
         "fusion_revision": FUSION_REVISION,

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from vision_rag_pipeline.core.text import FUNCTION_WORDS
-from vision_rag_pipeline.documents.model import DocumentImage
+from vision_rag_pipeline.documents.model import DocumentImage, ImageInfo
 from vision_rag_pipeline.enrichment.chart import chart_rows, evenly_stepped, number_value
 from vision_rag_pipeline.enrichment.model import ImageType, OcrResult
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError
 
 # Bump when fusion writes different Meta-Content for the same inputs (rules or the fusion prompt):
 # the enrichment cache key and the image_enrichments code version include it.
-FUSION_REVISION = 1
+FUSION_REVISION = 2  # 2: a Low reading contributes no text (`indexable_reading`)
 DESCRIPTION_MAX_CHARS = 200
 CONTEXT_MAX_CHARS = 300
 IMAGE_TYPES: tuple[str, ...] = get_args(ImageType)
@@ -99,6 +99,19 @@ def _is_cjk(char: str) -> bool:
 def _is_word(token: str) -> bool:
     """Carries meaning on its own: two letters/digits, any digit, or a CJK character."""
     return sum(c.isalnum() for c in token) >= 2 or any(c.isdigit() or _is_cjk(c) for c in token)
+
+
+def indexable_reading(ocr: OcrResult, image: ImageInfo) -> OcrResult:
+    """What of an image's OCR reading may become chunk text and keywords: all of it, or none of a Low
+    reading (mean word confidence under 60) of a picture on a page. Such a reading is a photo's
+    texture taken for letters far more often than text ("SSS, eee, See" off an infographic's photo);
+    the picture is still indexed by its verdict, alt text, caption and context. A page image (a PDF
+    page without a text layer: a scan, a slide saved as a picture) keeps its reading however unsure:
+    it is the only text the document has there ("GO T0 THE DOCTOR" on a slide read at 49).
+    The level stays, so the chunk says how sure OCR was."""
+    if ocr.level != "Low" or image.is_page_image:
+        return ocr
+    return ocr.model_copy(update={"text": "", "words": []})
 
 
 def clean_ocr_text(text: str) -> str:
@@ -300,6 +313,7 @@ def fuse_by_rule(
     max_keywords: int,
     vlm_caption: str | None = None,
 ) -> Fused:
+    ocr = indexable_reading(ocr, image)
     text = clean_ocr_text(ocr.text)
     hints = _hints(image)
     image_type = infer_image_type(tags, ocr.text, " ".join([*hints, image.name]))
@@ -365,6 +379,7 @@ def fuse_with_llm(
     budget_s: float | None = None,
 ) -> Fused:
     """LLM fusion within `budget_s` seconds; raises VisionError (the caller falls back to `fuse_by_rule`)."""
+    ocr = indexable_reading(ocr, image)
     text = clean_ocr_text(ocr.text)
     hints = _hints(image)
     rule_type = infer_image_type(tags, ocr.text, " ".join([*hints, image.name]))

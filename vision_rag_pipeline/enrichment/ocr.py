@@ -21,6 +21,7 @@ small pool and returns it, so parallel reads never share an engine.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import subprocess
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pytesseract
@@ -35,7 +37,6 @@ import tesserocr
 from PIL import Image, ImageChops, ImageFilter
 from scipy import ndimage
 
-from vision_rag_pipeline.core.text import script_counts
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
     deskew,
@@ -187,6 +188,19 @@ def _installed_tessdata() -> tuple[str, frozenset[str]]:
     return (directory.rstrip("/") + "/" if directory else ""), languages
 
 
+@functools.cache
+def traineddata_sha256(languages: tuple[str, ...]) -> str:
+    """sha256 over these languages' traineddata files as this host's Tesseract finds them (`missing:`
+    for one it lacks): hosts whose models differ read differently under the same language names."""
+    directory, installed = _installed_tessdata()
+    total = hashlib.sha256()
+    for language in languages:
+        path = Path(directory, f"{language}.traineddata")
+        total.update(f"{language}\n".encode())
+        total.update(path.read_bytes() if language in installed and path.is_file() else b"missing")
+    return total.hexdigest()
+
+
 def available_languages() -> set[str]:
     """Languages the local Tesseract has traineddata for (empty when Tesseract is not installed)."""
     return set(_installed_tessdata()[1])
@@ -220,18 +234,13 @@ def _engine(languages: list[str]) -> Iterator[tesserocr.PyTessBaseAPI]:
             _idle_engines[key].append(engine)
 
 
-def missing_language_warning(language: str) -> str:
-    """What to tell a user whose config asks for a language Tesseract does not have."""
+def missing_language_error(language: str) -> str:
+    """The one line that stops OCR on a host without a configured language's traineddata."""
     package = "tesseract-ocr-" + language.replace("_", "-").lower()
     return (
-        f"OCR language '{language}' is configured but not installed: images in it are read without it "
-        f"(install it with `apt-get install {package}`, or drop it from media_enrichment.ocr.languages)"
+        f"OCR language '{language}' is configured but not installed on this host: install it with "
+        f"`apt-get install {package}` or drop it from media_enrichment.ocr.languages"
     )
-
-
-@functools.cache
-def _warn_missing_language(language: str) -> None:
-    log.warning(missing_language_warning(language))
 
 
 def missing_languages(languages: list[str]) -> list[str]:
@@ -241,18 +250,16 @@ def missing_languages(languages: list[str]) -> list[str]:
 
 
 def usable_languages(languages: list[str]) -> list[str]:
-    """The requested languages Tesseract can read, in order; eng when none is left."""
-    installed = available_languages()
-    if not installed:
+    """The requested languages, once each, in order; OcrError naming the first one this host lacks.
+
+    Never English instead: a host without a configured language would index other words than the
+    hosts that have it, under the same code version.
+    """
+    if not available_languages():
         raise OcrError("tesseract is not installed or not on PATH (apt-get install tesseract-ocr)")
-    for language in missing_languages(languages):
-        _warn_missing_language(language)
-    usable = [language for language in languages if language in installed]
-    if not usable:
-        if "eng" not in installed:
-            raise OcrError(f"none of the OCR languages {languages} is installed (have {sorted(installed)})")
-        usable = ["eng"]
-    return list(dict.fromkeys(usable))
+    if missing := missing_languages(languages):
+        raise OcrError(missing_language_error(missing[0]))
+    return list(dict.fromkeys(languages))
 
 
 def confidence_level(confidence: float) -> OcrLevel:
@@ -274,6 +281,11 @@ def _run_tesseract(
     second read finds nothing and costs 11-12 % of the OCR time on the real corpus images
     (`bench/bench_ocr_real.py`); only reads of an image as it is (`probe_text`) keep it.
     """
+    return _parse_tsv(read_tsv(gray, psm, languages, polarity_free=polarity_free))
+
+
+def read_tsv(gray: Image.Image, psm: int, languages: list[str], *, polarity_free: bool = True) -> str:
+    """One Tesseract read, as Tesseract's TSV (empty when the read timed out)."""
     with _engine(languages) as engine:
         engine.SetVariable("tessedit_do_invert", "0" if polarity_free else "1")
         engine.SetPageSegMode(psm)
@@ -282,8 +294,38 @@ def _run_tesseract(
             log.warning(
                 "Tesseract pass psm %d gave up (timeout %.0f s); pass skipped", psm, PASS_TIMEOUT_SECONDS
             )
-            return []
-        return _parse_tsv(engine.GetTSVText(0))
+            return ""
+        return engine.GetTSVText(0)
+
+
+@dataclass(frozen=True)
+class TsvWord:
+    """A word of Tesseract's TSV as read, however unsure, with the line it belongs to."""
+
+    text: str
+    conf: float
+    line: tuple[str, str, str]  # block, paragraph, line numbers
+    left: int
+    top: int
+    width: int
+    height: int
+
+
+def tsv_words(tsv: str) -> list[TsvWord]:
+    """Every non-empty word of a TSV read, in reading order."""
+    words = []
+    for row in tsv.splitlines():
+        cells = row.split("\t")
+        if len(cells) >= 12 and cells[0] == "5" and cells[11].strip():
+            words.append(
+                TsvWord(
+                    cells[11].strip(),
+                    float(cells[10]),
+                    (cells[2], cells[3], cells[4]),
+                    *map(int, cells[6:10]),
+                )
+            )
+    return words
 
 
 def _parse_tsv(tsv: str) -> list[_Line]:
@@ -295,24 +337,21 @@ def _parse_tsv(tsv: str) -> list[_Line]:
     drops it (`_reread_numbers`, `_without_doubtful_words`). Either needs a sure word on its line.
     """
     lines: dict[tuple[str, str, str], _Line] = {}
-    for row in tsv.splitlines():
-        cells = row.split("\t")
-        if len(cells) < 12 or cells[0] != "5":
-            continue
-        text = cells[11].strip()
-        conf = float(cells[10])
+    for read in tsv_words(tsv):
+        text, conf = read.text, read.conf
         unscored = conf == 0 and bool(_PLAIN_WORD.match(text))
         doubtful = conf < WORD_MIN_CONFIDENCE and not unscored and bool(_NUMBER.match(text))
-        if not text or (conf < WORD_MIN_CONFIDENCE and not (unscored or doubtful)):
+        if conf < WORD_MIN_CONFIDENCE and not (unscored or doubtful):
             continue
         if not _TOKEN.search(text) and not _UNIT_SIGN.match(text):
             continue
-        word = _Word(text, MEDIUM_CONFIDENCE if unscored else conf, *(int(c) for c in cells[6:10]))
-        key = (cells[2], cells[3], cells[4])
-        if key not in lines:
-            lines[key] = _Line([], len(lines))
-        lines[key].words.append(word)
-        lines[key].unsure += unscored or doubtful
+        word = _Word(
+            text, MEDIUM_CONFIDENCE if unscored else conf, read.left, read.top, read.width, read.height
+        )
+        if read.line not in lines:
+            lines[read.line] = _Line([], len(lines))
+        lines[read.line].words.append(word)
+        lines[read.line].unsure += unscored or doubtful
     return [line for line in lines.values() if len(line.words) > line.unsure and not _is_debris(line)]
 
 
@@ -778,8 +817,42 @@ def _result(lines: list[_Line], languages: list[str], upright: list[_Line] | Non
     )
 
 
+@dataclass(frozen=True)
+class PreparedPage:
+    """An image made ready for Tesseract once (`prepare_page`), whatever languages then read it."""
+
+    page: Image.Image  # black text on white, levelled, scaled, ruling lines removed
+    ruled: bool  # ruling lines were removed: a table or a chart, read row by row first
+
+    @property
+    def first_psm(self) -> int:
+        return 6 if self.ruled else 3
+
+
+def prepare_page(img: Image.Image) -> PreparedPage:
+    """The image levelled (`deskew`), scaled for OCR, sharpened when blurred, as a polarity-free ink
+    page without ruling lines."""
+    upright, _ = deskew(img)
+    rgb, text_height = scale_for_ocr(upright, keep_colour=True)
+    rgb, text_height, _ = sharpen_soft(rgb, text_height, enlarged=rgb.width / upright.width)
+    ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
+    return PreparedPage(_as_page(ink), bool(removed))
+
+
+def first_read(prepared: PreparedPage, languages: list[str]) -> str:
+    """The first of `read_page`'s reads, as TSV: what it reads is also what tells the page's scripts."""
+    return read_tsv(prepared.page, prepared.first_psm, languages)
+
+
 def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
-    """Read every line of text in the image (at most `MAX_PASSES` Tesseract reads plus two re-read sheets).
+    """Read every line of text in the image in these languages (`read_page`)."""
+    langs = usable_languages(languages or ["eng"])
+    return read_page(prepare_page(img), langs)
+
+
+def read_page(prepared: PreparedPage, langs: list[str], first_tsv: str | None = None) -> OcrResult:
+    """Read every line of text on the page (at most `MAX_PASSES` Tesseract reads plus two re-read sheets);
+    `first_tsv` is the first read (`first_read`) when it was already made in these languages.
 
     The image is levelled (`deskew`) and, when blurred, upscaled and sharpened first. Pass 1
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
@@ -791,15 +864,10 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     and 270 degrees (text runs vertically) or by 180 degrees (reading is poor). Glyphs no pass read (a label on a chart's
     line) are then read on their own, and finally the numbers are re-read, enlarged.
     """
-    langs = usable_languages(languages or ["eng"])
-    upright, _ = deskew(img)
-    rgb, text_height = scale_for_ocr(upright, keep_colour=True)
-    rgb, text_height, _ = sharpen_soft(rgb, text_height, enlarged=rgb.width / upright.width)
-    ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
-    page = _as_page(ink)
-
+    page, removed = prepared.page, prepared.ruled
     # a page with ruling lines is a table or a chart: read it row by row (psm 6), else by layout (psm 3)
-    passes = [_Pass("rows" if removed else "layout", 0, _run_tesseract(page, 6 if removed else 3, langs))]
+    tsv = first_read(prepared, langs) if first_tsv is None else first_tsv
+    passes = [_Pass("rows" if removed else "layout", 0, _parse_tsv(tsv))]
     first = passes[0]
     more_may_pay = _more_reads_may_pay(page, first)
     if more_may_pay and (
@@ -838,61 +906,3 @@ def probe_text(img: Image.Image) -> OcrResult:
     gray = for_ocr(gray)
     langs = usable_languages(["eng"])
     return _result(_run_tesseract(gray, 11, langs, polarity_free=False), langs)
-
-
-# Bump when the choice of languages per image changes (cache key and enrichment code version include it).
-LANGUAGE_REVISION = 2
-SCRIPT_MIN_SHARE = 0.15  # a script with less of the image's letters than this is a misreading
-_WIDE_SCRIPTS = frozenset({"Han", "Kana", "Hangul"})  # one character of these is about a short word
-# The script(s) each Tesseract language reads; a language not named here is written in Latin.
-_LANGUAGE_SCRIPTS = {
-    "chi_sim": ("Han",),
-    "chi_tra": ("Han",),
-    "chi_sim_vert": ("Han",),
-    "chi_tra_vert": ("Han",),
-    "jpn": ("Kana", "Han"),
-    "jpn_vert": ("Kana", "Han"),
-    "kor": ("Hangul", "Han"),
-    "kor_vert": ("Hangul", "Han"),
-    **{
-        name: ("Cyrillic",) for name in ("rus", "ukr", "bel", "bul", "mkd", "srp", "kaz", "kir", "mon", "tgk")
-    },
-}
-
-
-def language_scripts(language: str) -> tuple[str, ...]:
-    return _LANGUAGE_SCRIPTS.get(language, ("Latin",))
-
-
-def detect_languages(img: Image.Image, languages: list[str]) -> list[str]:
-    """The configured languages this image is written in, its main script's first.
-
-    With one configured language there is nothing to choose. Otherwise one sparse read with all
-    of them on a copy at most 1000 px wide tells the scripts apart by the characters it returns
-    (Tesseract's own script detection, OSD, needs a page of text and answers nothing for a chart
-    label), and the image is then read with the languages of the scripts it holds: reading a
-    Latin page with Russian in the mix turns "Q3" into "ОЗ", a Chinese one with English only
-    gives "48.7 (270". A Chinese, Japanese or Korean image is read with English too (when
-    configured): its numbers and Latin words read better with it (55 of 56 numbers on generated
-    Chinese charts and scans against 52 with chi_sim alone).
-    """
-    usable = usable_languages(languages or ["eng"])
-    if len(usable) == 1:
-        return usable
-    gray = img.convert("L")
-    if max(gray.size) > PROBE_MAX_SIDE:
-        gray.thumbnail((PROBE_MAX_SIDE, PROBE_MAX_SIDE))
-    text = "\n".join(line.text for line in _run_tesseract(for_ocr(gray), 11, usable, polarity_free=False))
-    counts = script_counts(text)
-    if counts.get("Kana") and any("Kana" in language_scripts(lang) for lang in usable):
-        counts["Kana"] += counts.pop("Han", 0)  # kanji among kana: the page is Japanese
-    weights = {script: n * (3 if script in _WIDE_SCRIPTS else 1) for script, n in counts.items()}
-    total = sum(weights.values())
-    present = [
-        s for s in sorted(weights, key=lambda s: -weights[s]) if weights[s] >= SCRIPT_MIN_SHARE * total
-    ]
-    chosen = [lang for script in present for lang in usable if language_scripts(lang)[0] == script]
-    chosen += [lang for script in present for lang in usable if script in language_scripts(lang)[1:]]
-    if present and present[0] in _WIDE_SCRIPTS and "eng" in usable:
-        chosen.append("eng")
-    return list(dict.fromkeys(chosen)) or usable[:1]

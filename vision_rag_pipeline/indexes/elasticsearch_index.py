@@ -21,6 +21,7 @@ import elasticsearch
 from elasticsearch import Elasticsearch, helpers
 
 from vision_rag_pipeline.core.config import ElasticsearchSettings
+from vision_rag_pipeline.core.text import fold_homoglyphs
 from vision_rag_pipeline.indexes.lexical import (
     LandmarkFilter,
     LexicalDoc,
@@ -85,7 +86,13 @@ def index_body(analyzers: tuple[str, ...] = LANGUAGE_ANALYZERS) -> dict[str, Any
 
 
 def _source(doc: LexicalDoc) -> dict[str, Any]:
-    return doc.model_dump(mode="json", exclude_none=True)
+    """The stored document; its text and header with homoglyphs folded inside codes, as queries are
+    (the analyzers cannot fold only inside codes, so the text reaches them folded)."""
+    source = doc.model_dump(mode="json", exclude_none=True)
+    source["text"] = fold_homoglyphs(doc.text)
+    if header := source.get("landmarks", {}).get("header"):
+        source["landmarks"]["header"] = fold_homoglyphs(header)
+    return source
 
 
 class ElasticsearchLexicalIndex:
@@ -211,17 +218,18 @@ class ElasticsearchLexicalIndex:
                 {"terms": {f"landmarks.{name}": values}} for name, values in landmarks.terms().items()
             ]
             if landmarks.header_words is not None:
-                words = " ".join(landmarks.header_words)
+                words = fold_homoglyphs(" ".join(landmarks.header_words))
                 filters.append({"match": {"landmarks.header": {"query": words, "operator": "or"}}})
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
             # multi_match analyses the text per field and never parses query syntax; the document's
             # header scores beside the text, as tantivy's header field does.
+            folded = fold_homoglyphs(query)
             must = {
                 "bool": {
                     "should": [
-                        {"multi_match": {"query": query, "fields": self._search_fields(client)}},
-                        {"match": {"landmarks.header": query}},
+                        {"multi_match": {"query": folded, "fields": self._search_fields(client)}},
+                        {"match": {"landmarks.header": folded}},
                     ]
                 }
             }

@@ -17,6 +17,9 @@ from vision_rag_pipeline.chunks.model import Chunk, Landmarks
 from vision_rag_pipeline.core.text import ENGLISH_STOP_WORDS
 
 _WORD = re.compile(r"\w+")
+# Bump when either backend analyses text differently (the `lexical_index` code version includes it, so
+# each document's entries are written again). 2: look-alike letters folded to Latin inside codes.
+LEXICAL_ANALYSIS_REVISION = 2
 
 
 class LexicalDoc(BaseModel):

@@ -32,6 +32,7 @@ from vision_rag_pipeline.core.text import (
     RUSSIAN_QUESTION_WORDS,
     RUSSIAN_STOP_WORDS,
     cjk_bigrams,
+    fold_homoglyphs,
     without_chinese_stop_words,
 )
 from vision_rag_pipeline.indexes.lexical import (
@@ -106,20 +107,21 @@ def _pre_tokenized(tokens: list[str]) -> PreTokenizedString:
 
 
 def _to_tantivy(doc: LexicalDoc) -> Document:
-    tv_doc = Document(chunk_id=doc.chunk_id, document_id=doc.document_id, kind=doc.kind, text=doc.text)
+    text = fold_homoglyphs(doc.text)  # as queries are: "Н-558" (Cyrillic Н) is the code H-558
+    tv_doc = Document(chunk_id=doc.chunk_id, document_id=doc.document_id, kind=doc.kind, text=text)
     if doc.page is not None:
         tv_doc.add_unsigned("page", doc.page)
     if doc.image is not None:
         tv_doc.add_text("image", doc.image)
-    if cjk := cjk_bigrams(doc.text, with_unigrams=True):
+    if cjk := cjk_bigrams(text, with_unigrams=True):
         tv_doc.add_pre_tokenized_text("text_cjk", _pre_tokenized(cjk))
-    if russian := russian_tokens(doc.text):
+    if russian := russian_tokens(text):
         tv_doc.add_pre_tokenized_text("text_ru", _pre_tokenized(russian))
     for name in LANDMARK_TERM_FIELDS:
         for value in getattr(doc.landmarks, name):
             tv_doc.add_text(name, value)
     if doc.landmarks.header:
-        tv_doc.add_text("header", doc.landmarks.header)
+        tv_doc.add_text("header", fold_homoglyphs(doc.landmarks.header))
     return tv_doc
 
 
@@ -135,6 +137,7 @@ def build_query(
 ) -> Query | None:
     """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed,
     built from terms so no input is syntax; filters (documents, kinds, landmarks) move no score."""
+    query = fold_homoglyphs(query)
     words = _QUERY_ANALYZER.analyze(query)
     analysed = (
         ("text", words),
@@ -150,7 +153,8 @@ def build_query(
     if landmarks is not None:
         filters += list(landmarks.terms().items())
         if landmarks.header_words is not None:
-            filters.append(("header", _unique(_QUERY_ANALYZER.analyze(" ".join(landmarks.header_words)))))
+            words = fold_homoglyphs(" ".join(landmarks.header_words))
+            filters.append(("header", _unique(_QUERY_ANALYZER.analyze(words))))
     for field, values in filters:
         if values is not None:
             # A filter must not move scores: wrap it in a zero constant score.
