@@ -379,8 +379,8 @@ def _as_page(ink: np.ndarray) -> Image.Image:
     """Ink map -> black text on white, contrast stretched, the way Tesseract likes it."""
     cumulative = np.cumsum(np.bincount(ink.ravel(), minlength=256))
     peak = max(float(np.searchsorted(cumulative, 0.995 * cumulative[-1])), 40.0)
-    scaled = np.clip(ink.astype(np.float32) * (255.0 / peak), 0, 255)
-    return Image.fromarray((255 - scaled).astype(np.uint8), mode="L")
+    scaled = np.clip(np.arange(256, dtype=np.float32) * (255.0 / peak), 0, 255)
+    return Image.fromarray((255 - scaled).astype(np.uint8)[ink], mode="L")  # by table, per grey level
 
 
 def _unread_ink(page: Image.Image, lines: list[_Line]) -> tuple[np.ndarray, np.ndarray]:
