@@ -83,7 +83,10 @@ def _numbered_pdf(path: Path) -> None:
     }
     for index in range(1, 10):
         writer.new_page()
-        writer.text(72, 90, bodies.get(index, f"Survey notes, section {index}: river levels were measured."))
+        gauge = ("Alder", "Birch", "Cedar", "Dogwood", "Elm", "Fir", "Gum", "Hazel", "Ivy")[index - 1]
+        writer.text(
+            72, 90, bodies.get(index, f"The {gauge} gauge read {index * 3.7:.1f} m at the spring flood.")
+        )
         if index > 3:
             writer.text(300, 760, str(index - 3), 9)  # the printed page number
     path.write_bytes(writer.to_bytes("River district survey", "20240101000000Z"))

@@ -25,6 +25,7 @@ from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError, describe_query_image
 from vision_rag_pipeline.query.search import (
+    CHUNK_KINDS,
     Ranking,
     _unsure_ocr,
     content_query,
@@ -51,6 +52,7 @@ TEXT_DOC = "quokka-text-0000000001"
 KPI_DOC = "quokka-kpis-0000000004"
 CHART_DOC = "quokka-chart-000000002"
 PDF_DOC = "quokka-pdf-00000000003"
+CORPUS_DOCS = [TEXT_DOC, KPI_DOC, CHART_DOC, PDF_DOC]
 
 
 def chart(scale: float = 1.0) -> bytes:
@@ -186,7 +188,8 @@ def test_rrf_rewards_agreement_between_rankings() -> None:
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "lexical"])
 def test_each_mode_finds_the_passage(corpus: list[Chunk], mode: str) -> None:
-    hits = search("How many people came to the Zephyrine picnic?", k=3, mode=mode)
+    # among this module's documents: other tests' documents have page units, these chunks none
+    hits = search("How many people came to the Zephyrine picnic?", k=3, mode=mode, document_ids=CORPUS_DOCS)
     assert hits[0].chunk_id == f"{TEXT_DOC}:00000"
     assert hits[0].document == "/archive/zoo-news.mhtml"
     assert hits[0].char_span == (0, len(corpus[0].text))
@@ -251,8 +254,11 @@ def search_separately(query: str, k: int, config: RagConfig) -> list[tuple[str, 
     """A plain hybrid search composed of its parts, each its own lookup (kNN, BM25, rows, similarities)."""
     retrieval, model = config.retrieval, config.embedding.model
     pool, depth = max(k, retrieval.candidates), max(k, retrieval.rerank_depth)
-    nearest = dict(nearest_alone(encode([query], model)[0], pool, retrieval.ef_search))
-    lexical = {hit.chunk_id: hit.score for hit in open_lexical_index().search(query, pool)}
+    content = list(CHUNK_KINDS)  # page units rank pages, they are not hits
+    nearest = dict(
+        nearest_alone(encode([query], model)[0], pool, retrieval.ef_search, "WHERE kind = ANY(%s)", content)
+    )
+    lexical = {hit.chunk_id: hit.score for hit in open_lexical_index().search(query, pool, kinds=content)}
     rankings = [Ranking(nearest, retrieval.vector_weight), Ranking(lexical, retrieval.lexical_weight)]
     fused = fuse(rankings, retrieval)
     ranked = sorted(fused, key=lambda cid: -fused[cid])[: depth * 2]
@@ -270,7 +276,12 @@ def search_separately(query: str, k: int, config: RagConfig) -> list[tuple[str, 
 
 @pytest.mark.parametrize("fusion", ["rrf", "weighted"])
 def test_a_hybrid_search_finds_what_its_parts_do_separately(corpus: list[Chunk], fusion: str) -> None:
-    config = RagConfig(retrieval=RetrievalConfig(fusion=fusion, candidates=3, rerank_depth=3))
+    # the chunk-level parts only: page units and the named or dated documents' rankings have their
+    # own tests; other tests' documents have page units, which would rank beside these chunks
+    retrieval = RetrievalConfig(
+        fusion=fusion, candidates=3, rerank_depth=3, page_weight=0, named_weight=0, period_weight=0
+    )
+    config = RagConfig(retrieval=retrieval)
     index_chunks(kpi_excerpts())
     for query in [*PARAPHRASES, "Quokka enclosure", "Zephyrine picnic attendees", "feed tonnage"]:
         hits = search(query, k=4, config=config)
