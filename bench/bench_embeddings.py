@@ -10,7 +10,8 @@ itself with its fixed batches of 64, and the pipeline's encoder (`encoder.encode
 batches, the model run by `embeddings/bert.py`) with batches of at most 64 and of the configured
 default; sentence-transformers with similar-length batches
 in bfloat16 (the same work through the library) and with dynamic int8 quantization of the Linear
-layers, for comparison. Prints one JSON
+layers, for comparison; the pipeline's int8 precision (per-channel weights, one text per call).
+Prints one JSON
 object: median ms per document, texts/s, padding share, and cosine to float32 vectors.
 """
 
@@ -122,7 +123,12 @@ def main() -> None:
         "bfloat16 similar-length, sentence-transformers": lambda texts: similar_length_encode(
             bfloat16_model, texts
         ),
-        "int8 similar-length": lambda texts: similar_length_encode(int8_model, texts),
+        "int8 per tensor, similar-length, sentence-transformers": lambda texts: similar_length_encode(
+            int8_model, texts
+        ),
+        "int8 per channel, one text per call (pipeline)": lambda texts: encode(
+            texts, MODEL, EMBEDDING_BATCH_SIZE, "int8"
+        ),
     }
 
     for run in variants.values():  # warm-up

@@ -4,10 +4,11 @@
 
 Each `encode()` call gets a random number of texts (1-64) of a random length (3-300 words), as a
 long ingest's documents do. Prints the process's RSS growth after the first call. A/B the kernel
-cache bound against oneDNN's default with farm-bench:
+cache bound against oneDNN's default as whole processes (hyperfine for time, /usr/bin/time -v for
+peak RSS):
 
-    farm-bench -n 5 --timeout 850 --vs "env ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 LRU_CACHE_CAPACITY=1024 \
-        .venv/bin/python bench/bench_encode_shapes.py" -- .venv/bin/python bench/bench_encode_shapes.py
+    hyperfine -w 1 -r 5 '.venv/bin/python bench/bench_encode_shapes.py' \
+        'env ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 LRU_CACHE_CAPACITY=1024 .venv/bin/python bench/bench_encode_shapes.py'
 """
 
 from __future__ import annotations

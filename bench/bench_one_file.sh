@@ -2,8 +2,8 @@
 # One new small file end to end, as a user runs it: writes a scanned-style PDF nobody ingested before
 # (a paragraph and a bar chart with random figures, so no cache knows it) and runs `vision-rag ingest`
 # on it into HOME (default /tmp/bench_one_file_home; a first call creates it). Time it from outside:
-#   farm-bench -n 6 --timeout 600 -- bash bench/bench_one_file.sh
-# With CODE=<another checkout> the same command runs that checkout's code (for A/B with --vs).
+#   hyperfine -w 1 -r 6 'bash bench/bench_one_file.sh'      (peak RSS: /usr/bin/time -v bash bench/bench_one_file.sh)
+# With CODE=<another checkout> the same command runs that checkout's code (for an A/B of two checkouts).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 home="${1:-/tmp/bench_one_file_home}"

@@ -1,10 +1,10 @@
 """Ingest speed on real documents, beside one plain Tesseract pass over the same pages.
 
-    .venv/bin/python bench/bench_real_ingest.py [--set mmlongbench|corpus|all] [--repeat 1]
-                                                [--out /tmp/bench_real_ingest]
+    .venv/bin/python bench/bench_real_ingest.py [--set mmlongbench|corpus|pdf|all] [--repeat 1]
+                                                [--out /tmp/bench_real_ingest] [--ingest-only]
 
-For each set of `../shared/corpus` (the mmlongbench PDFs; the reference corpus's MHTML and PDFs),
-in one run:
+For each set of `../shared/corpus` (mmlongbench: the 7 PDFs of qa/mmlongbench; corpus: the reference
+corpus's MHTML and PDFs; pdf: the reference corpus's PDFs alone; all: the three), in one run:
 
 - **plain pass** (the yardstick): every PDF page rendered at scale 2 and every MHTML image as
   stored, each read once by the `tesseract` binary (eng, default page segmentation,
@@ -17,6 +17,11 @@ in one run:
   seconds from launch to its first step starting.
 
 Ratio = ingest wall time / plain-pass time. Medians over `--repeat` runs; prints one JSON object.
+`--ingest-only` runs the first ingest alone (fresh home, its wall time and peak RSS): the command to
+time as a whole process against another checkout or setting, e.g.
+
+    hyperfine -w 1 -r 5 'bench/bench_real_ingest.py --set pdf --ingest-only' \
+        'env VISION_RAG_CONFIG=float32.yaml bench/bench_real_ingest.py --set pdf --ingest-only'
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def document_sets(corpus: Path) -> dict[str, list[Path]]:
     return {
         "mmlongbench": sorted((corpus / "qa" / "mmlongbench").glob("*.pdf")),
         "corpus": sorted((corpus / "mhtml").iterdir()) + sorted((corpus / "pdf").glob("*.pdf")),
+        "pdf": sorted((corpus / "pdf").glob("*.pdf")),
     }
 
 
@@ -146,6 +152,20 @@ def step_seconds(home: Path, since: float) -> tuple[dict[str, float], float | No
     return {key: round(value, 2) for key, value in sorted(per_step.items())}, first_start
 
 
+def ingest_only(name: str, documents: list[Path], out: Path) -> dict:
+    home = out / f"{name}_home"
+    shutil.rmtree(home, ignore_errors=True)
+    first = run_ingest(documents, home)
+    stop_embedded_postgres(home)
+    return {
+        "documents": len(documents),
+        "ingest_seconds": first["seconds"],
+        "peak_rss_mb": first["peak_rss_mb"],
+        "failed": len(first["report"]["failed"]),
+        "chunks": first["report"]["chunks"],
+    }
+
+
 def measure(name: str, documents: list[Path], out: Path) -> dict:
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         images = page_images(documents, Path(scratch))
@@ -201,7 +221,8 @@ def median_of(runs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=("mmlongbench", "corpus", "all"), default="all")
+    parser.add_argument("--set", choices=("mmlongbench", "corpus", "pdf", "all"), default="all")
+    parser.add_argument("--ingest-only", action="store_true", help="the first ingest alone, for A/B timing")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_real_ingest"))
@@ -211,8 +232,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     sets = document_sets(args.corpus)
     chosen = list(sets) if args.set == "all" else [args.set]
+    run = ingest_only if args.ingest_only else measure
     results = {
-        name: median_of([measure(name, sets[name], args.out) for _ in range(args.repeat)]) for name in chosen
+        name: median_of([run(name, sets[name], args.out) for _ in range(args.repeat)]) for name in chosen
     }
     print(json.dumps(results, indent=2))
 

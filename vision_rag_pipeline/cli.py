@@ -246,7 +246,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     else:
         print(
             f"swapped in {report.vector.chunks} chunk rows and {report.vector.images} image rows "
-            f"({'re-embedded' if report.vector.reembedded else 'vectors copied'}, dim {report.vector.dim}) "
+            f"({f're-embedded: {report.reembed_reason}' if report.vector.reembedded else 'vectors copied'}, "
+            f"dim {report.vector.dim}) "
             f"and {report.lexical_docs} lexical entries in {report.seconds:.1f}s"
         )
     return 0

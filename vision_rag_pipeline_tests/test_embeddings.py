@@ -69,6 +69,26 @@ def test_bfloat16_vectors_agree_with_float32():
     assert cosine.min() > 0.99
 
 
+def test_int8_vectors_are_those_of_torch_dynamic_quantization_and_near_float32(sentence_transformers_models):
+    """The int8 variant is MiniLM as `quantize_dynamic` (per-channel weights) makes it, which was
+    measured on the dev set (BENCHMARKS.md); a text's vector stays near its float32 one."""
+    quantized = sentence_transformers_models["int8"]
+    expected = np.stack([quantized.encode([text], normalize_embeddings=True)[0] for text in SENTENCES])
+    ours = encode(SENTENCES, MODEL, precision="int8")
+    np.testing.assert_allclose(ours, expected, atol=2e-5)
+    cosine = (ours * encode(SENTENCES, MODEL, precision="float32")).sum(axis=1)
+    assert np.median(cosine) > 0.97 and cosine.min() > 0.9
+
+
+def test_auto_picks_bfloat16_where_native_else_int8(monkeypatch):
+    from vision_rag_pipeline.embeddings import encoder
+
+    for native, picked in ((True, "bfloat16"), (False, "int8")):
+        monkeypatch.setattr(encoder, "_cpu_has_native_bfloat16", lambda native=native: native)
+        assert resolve_precision("auto") == picked
+        assert model_variant(MODEL, "auto") == f"{MODEL}@{picked}"
+
+
 def test_related_sentences_are_closer_than_unrelated_ones():
     revenue, dividend, sales = encode(
         ["Quarterly revenue increased.", "A dividend was declared.", "Sales grew this quarter."], MODEL
@@ -130,11 +150,15 @@ def test_the_cache_never_hands_float32_vectors_to_a_bfloat16_run(pg_url):
 def sentence_transformers_models():
     """The bundled model as sentence-transformers itself runs it, at each precision."""
     from sentence_transformers import SentenceTransformer
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     directory = str(model_directory(MODEL))
+    float32 = SentenceTransformer(directory, device="cpu")
     return {
-        "float32": SentenceTransformer(directory, device="cpu"),
+        "float32": float32,
         "bfloat16": SentenceTransformer(directory, device="cpu").to(torch.bfloat16),
+        # what the int8 variant must equal: torch's dynamic quantization with per-channel weights
+        "int8": quantize_dynamic(float32, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8),
     }
 
 

@@ -22,7 +22,7 @@ from vision_rag_pipeline.enrichment.preprocess import (
     estimate_skew,
     for_ocr,
     load_image,
-    run_lengths,
+    long_runs,
     sharpen_soft,
     svg_text,
 )
@@ -201,13 +201,13 @@ def _naive_run_lengths(row: list[bool]) -> list[int]:
     return out
 
 
-@settings(max_examples=60)
-@given(arrays(np.bool_, st.tuples(st.integers(1, 12), st.integers(1, 12))))
-def test_run_lengths_match_a_plain_count(mask: np.ndarray) -> None:
-    rows = run_lengths(mask, axis=1)
-    columns = run_lengths(mask, axis=0)
-    assert rows.tolist() == [_naive_run_lengths(r) for r in mask.tolist()]
-    assert columns.T.tolist() == [_naive_run_lengths(c) for c in mask.T.tolist()]
+@settings(max_examples=80)
+@given(arrays(np.bool_, st.tuples(st.integers(1, 12), st.integers(1, 12))), st.integers(1, 13))
+def test_long_runs_match_a_plain_count(mask: np.ndarray, length: int) -> None:
+    rows = long_runs(mask, 1, length)
+    columns = long_runs(mask, 0, length)
+    assert rows.tolist() == [[n >= length for n in _naive_run_lengths(r)] for r in mask.tolist()]
+    assert columns.T.tolist() == [[n >= length for n in _naive_run_lengths(c)] for c in mask.T.tolist()]
 
 
 def _report_lines() -> Image.Image:

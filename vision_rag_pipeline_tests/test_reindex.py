@@ -1,6 +1,9 @@
 """Reindex: both indexes rebuilt aside and swapped in while searches keep answering."""
 
+import json
+import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -101,3 +104,90 @@ def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated
     assert len(embedded) == report.chunks == DOCUMENTS * CHUNKS_PER_DOCUMENT
     hits = PgVectorStore(new_dim, fresh_database).candidates(unit(np.ones((1, new_dim))), 3).nearest[0]
     assert len(hits) == 3
+
+
+def _retrained_minilm(folder: Path) -> Path:
+    """Another model of MiniLM's dimension: the bundled one with one layer's weights changed."""
+    from safetensors.torch import load_file, save_file
+
+    from vision_rag_pipeline.embeddings.encoder import model_directory
+
+    shutil.copytree(model_directory("all-MiniLM-L6-v2"), folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    name = next(key for key in weights if key.endswith("layer.5.output.dense.weight"))
+    weights[name] = weights[name] * 0.5
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("swap", ["model", "precision"])
+def test_reindex_re_embeds_vectors_of_another_model_of_the_same_dimension(
+    swap, fresh_database, tmp_path, monkeypatch, capsys
+):
+    """The README promises a re-embedding when the embedding model changed; a swap that keeps the
+    dimension (another 384-dimensional model, or MiniLM at another precision) used to keep the old
+    vectors, which no query embedded by the new model is comparable with."""
+    from vision_rag_pipeline.chunks.model import embedding_text
+    from vision_rag_pipeline.cli import SAMPLES, main
+    from vision_rag_pipeline.core.postgres import connect
+    from vision_rag_pipeline.embeddings.encoder import encode
+
+    document = tmp_path / "swap.pdf"
+    document.write_bytes((SAMPLES / "larkspur_q3_2024_operations_review.pdf").read_bytes() + b"\n%swap\n")
+    config = tmp_path / "rag.json"
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)
+    monkeypatch.setenv("VISION_RAG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    config.write_text(json.dumps({"embedding": {"precision": "float32"}}))
+    assert main(["ingest", str(document), "--json"]) == 0
+
+    def stored() -> tuple[list[str], np.ndarray]:
+        with connect(fresh_database) as conn:
+            rows = conn.execute(
+                "SELECT kind, text, metadata->>'title', embedding FROM chunks WHERE kind <> 'page' ORDER BY chunk_id"
+            ).fetchall()
+        return [embedding_text(k, t, title or "") for k, t, title, _ in rows], np.stack(
+            [e.to_numpy() for *_, e in rows]
+        )
+
+    texts, before = stored()
+    assert np.allclose(before, encode(texts, "all-MiniLM-L6-v2", precision="float32"), atol=1e-5)
+    new = (
+        {"model": str(_retrained_minilm(tmp_path / "minilm-retrained")), "precision": "float32"}
+        if swap == "model"
+        else {"precision": "int8"}
+    )
+    config.write_text(json.dumps({"embedding": new}))
+    capsys.readouterr()
+    assert main(["reindex", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vector"]["reembedded"], "a model of the same dimension is re-embedded too"
+    _, after = stored()
+    model = new.get("model", "all-MiniLM-L6-v2")
+    assert np.allclose(after, encode(texts, model, precision=new["precision"]), atol=1e-5)
+    assert not np.allclose(after, before, atol=1e-3)
+
+    assert main(["reindex", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert not again["vector"]["reembedded"], "the vectors are now the configured model's: copied"
+
+
+def test_a_query_is_embedded_as_the_indexed_documents_were(fresh_database):
+    """A host resolving `auto` to another precision than the ingesting host's still embeds its
+    queries at the precision of the indexed vectors."""
+    from vision_rag_pipeline.core.config import EmbeddingConfig
+    from vision_rag_pipeline.query.search import indexed_embedding
+
+    store = PgVectorStore(DIM, fresh_database)
+    configured = EmbeddingConfig(precision="float32")
+    assert indexed_embedding(store, configured) == configured, "an empty index: as configured"
+    for d, model in enumerate(["all-MiniLM-L6-v2@int8", "all-MiniLM-L6-v2@int8", "all-MiniLM-L6-v2"]):
+        store.replace_document(f"doc{d}", chunks_of(f"doc{d}")[:2], unit(np.ones((2, DIM))), model=model)
+    store.model_variant(max_age_s=0)
+    assert indexed_embedding(store, configured).precision == "int8", "the variant of most documents"
+    other = EmbeddingConfig(model="paraphrase-multilingual-MiniLM-L12-v2", precision="float32")
+    assert indexed_embedding(store, other) == other, "another model's vectors: as configured"
+    store.delete_document("doc0")
+    store.delete_document("doc1")
+    store.model_variant(max_age_s=0)
+    assert indexed_embedding(store, configured) == configured

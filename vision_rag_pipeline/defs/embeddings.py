@@ -48,11 +48,12 @@ def chunk_embeddings(
         ),
     )
     dim = int(vectors.shape[1])
+    variant = model_variant(embedding.model, embedding.precision)
     return dg.MaterializeResult(
-        value=ChunkEmbeddings(model=embedding.model, dim=dim, vectors=vectors),
+        value=ChunkEmbeddings(model=variant, dim=dim, vectors=vectors),
         check_results=[every_chunk_embedded(document_chunks, vectors, dim)],
         metadata={
-            "model": model_variant(embedding.model, embedding.precision),
+            "model": variant,
             "model_files_sha256": embedding_model_sha256(embedding.model),
             "dim": dim,
             "vectors": len(vectors),

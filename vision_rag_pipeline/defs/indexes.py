@@ -49,10 +49,17 @@ def pgvector_index(
         and "image_excerpt" not in c.metadata  # one rag_images row per image: its Meta-Content chunk
         and c.metadata.get("image_sha256") in image_enrichments.results
     ]
-    store.replace_document(context.partition_key, document_chunks, chunk_embeddings.vectors, images)
+    store.replace_document(
+        context.partition_key, document_chunks, chunk_embeddings.vectors, images, chunk_embeddings.model
+    )
     rows = store.count(context.partition_key)
     return dg.MaterializeResult(
-        metadata={"rows": rows, "image_rows": len(images), "dim": chunk_embeddings.dim},
+        metadata={
+            "rows": rows,
+            "image_rows": len(images),
+            "dim": chunk_embeddings.dim,
+            "model": chunk_embeddings.model,
+        },
         check_results=[rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, rows, len(document_chunks))],
     )
 
@@ -99,6 +106,7 @@ def rebuild_indexes(
             "image_rows": report.vector.images,
             "dim": report.vector.dim,
             "reembedded": report.vector.reembedded,
+            "reembed_reason": report.reembed_reason or "",
             "lexical_docs": report.lexical_docs,
             "seconds": report.seconds,
         },

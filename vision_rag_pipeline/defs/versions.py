@@ -36,6 +36,7 @@ from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_inter
 from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
+from vision_rag_pipeline.embeddings.encoder import precision_settings
 from vision_rag_pipeline.enrichment.batch import enrichment_engine
 from vision_rag_pipeline.enrichment.cache import enrichment_settings
 from vision_rag_pipeline.enrichment.classifier import CLASSIFIER_REVISION
@@ -93,14 +94,16 @@ def embedding_version(config: RagConfig) -> str:
 
     The precision as configured, never as resolved on this host: every node of a deployment must
     agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
-    therefore one version everywhere, although each host embeds at the precision it picks (bfloat16
-    where the CPU has it natively; vectors agree to a cosine of 0.9999, and each materialization's
-    `model` metadata names the variant). Pin `float32` or `bfloat16` for identical vectors on mixed
-    hardware; changing between any two of the three values re-embeds.
+    therefore one version everywhere, with what it picks between (`precision_settings`: bfloat16
+    where the CPU has it natively, else int8, and the int8 scheme), although each host embeds at the
+    precision it picks; each materialization's `model` metadata names the variant it used. A change
+    of what `auto` picks, or of the int8 scheme, re-embeds once (through the embedding cache, keyed
+    by variant). Pin `float32`, `bfloat16` or `int8` for identical vectors on mixed hardware;
+    changing between any two values re-embeds.
     """
     embedding = config.embedding
     return _short_hash(
-        {"model_files": embedding_model_sha256(embedding.model), "precision": embedding.precision}
+        {"model_files": embedding_model_sha256(embedding.model), **precision_settings(embedding.precision)}
     )
 
 

@@ -7,9 +7,11 @@ would give, without its 4 s import; the others through sentence-transformers.
 
 Two things make encoding cheap on one CPU thread (bench/bench_embeddings.py): texts are batched
 only with texts of similar token length (a document's chunks padded to its longest one wasted half
-the work), and on CPUs with native bfloat16 arithmetic the model runs in bfloat16, about twice as
-fast as float32 with vectors that agree to a cosine of 0.9999. Dynamic int8 quantization of the
-Linear layers was faster still but moved vectors too far (median cosine 0.93, 0.975 per channel).
+the work), and the model runs in a cheaper precision than float32. `auto` picks bfloat16 on CPUs
+with native bfloat16 arithmetic (about twice as fast as float32, vectors agreeing to a cosine of
+0.9999) and int8 elsewhere: the Linear layers on int8 weights with one scale per output channel
+(`bert.quantized_linears`), about half float32's CPU, vectors at a median cosine of 0.98 to
+float32's, and the same page recall on the dev set (BENCHMARKS.md, "Chunk embeddings").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterable
 from contextlib import suppress
 from functools import lru_cache
@@ -31,7 +34,12 @@ from vision_rag_pipeline.embeddings.bert import BertSentenceEncoder, bert_layout
 _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _encode_lock = threading.Lock()
 _load_lock = threading.Lock()  # a model loading on one thread is waited for, not loaded again
-PRECISIONS = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16", "int8")
+# What `auto` resolves to: bfloat16 where the CPU computes it natively, else int8. Part of the embedding
+# code version (`precision_settings`): a change to it re-embeds once.
+AUTO_PRECISIONS = {"native_bfloat16": "bfloat16", "otherwise": "int8"}
+# How the int8 variant is made (`bert.quantized_linears`); part of the code version too.
+INT8_SCHEME = "linear-weights-qint8-per-channel-symmetric/dynamic-activations-reduce-range"
 # A batch holds texts of at least this fraction of its longest text's token count, so padding
 # is at most a fifth of the work.
 _SIMILAR_LENGTH = 0.8
@@ -60,18 +68,35 @@ def _cpu_has_native_bfloat16() -> bool:
 
 
 def resolve_precision(precision: str) -> str:
-    """`auto` is bfloat16 where the CPU computes it natively, float32 elsewhere."""
+    """`auto` is bfloat16 where the CPU computes it natively, int8 elsewhere (AUTO_PRECISIONS)."""
     if precision == "auto":
-        return "bfloat16" if _cpu_has_native_bfloat16() else "float32"
+        return AUTO_PRECISIONS["native_bfloat16" if _cpu_has_native_bfloat16() else "otherwise"]
     if precision not in PRECISIONS:
-        raise ValueError(f"embedding precision {precision!r}: expected auto, float32 or bfloat16")
+        raise ValueError(f"embedding precision {precision!r}: expected auto, float32, bfloat16 or int8")
     return precision
+
+
+def precision_settings(precision: str) -> dict:
+    """What a configured precision means, host-independently, for the embedding code version: `auto`
+    with the precisions it picks between, int8 with its quantization scheme."""
+    settings: dict = {"precision": precision}
+    if precision == "auto":
+        settings["auto"] = AUTO_PRECISIONS
+    if precision == "int8" or (precision == "auto" and "int8" in AUTO_PRECISIONS.values()):
+        settings["int8"] = INT8_SCHEME
+    return settings
 
 
 def model_variant(model_name: str, precision: str = "auto") -> str:
     """Names the vectors a model produces at a precision (float32 keeps the bare model name)."""
     resolved = resolve_precision(precision)
     return model_name if resolved == "float32" else f"{model_name}@{resolved}"
+
+
+def variant_precision(variant: str) -> tuple[str, str]:
+    """(model name, precision) of a `model_variant` string."""
+    name, _, precision = variant.rpartition("@")
+    return (name, precision) if name and precision in PRECISIONS else (variant, "float32")
 
 
 @lru_cache(maxsize=8)
@@ -181,7 +206,7 @@ def _load(model_name: str, precision: str) -> BertSentenceEncoder | _SentenceTra
     directory = model_directory(model_name)
     layout = bert_layout(directory) if directory else None
     if layout is not None:
-        return BertSentenceEncoder(layout, dtype)
+        return BertSentenceEncoder(layout, dtype, int8=precision == "int8")
     from sentence_transformers import SentenceTransformer
 
     try:
@@ -190,6 +215,14 @@ def _load(model_name: str, precision: str) -> BertSentenceEncoder | _SentenceTra
         raise EmbeddingModelError(
             f"embedding model {model_name!r} is not available offline: give a local path or pre-install it ({exc})"
         ) from exc
+    if precision == "int8":  # what bert.quantized_linears does to a BERT's Linear layers
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+            model = quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        return _SentenceTransformersModel(model)
     return _SentenceTransformersModel(model.to(dtype))
 
 
@@ -231,6 +264,12 @@ def encode(
     if not texts:
         return vectors
     import torch
+
+    if resolve_precision(precision) == "int8":
+        # int8 layers quantize their input with one scale per call: in a batch, a text's vector would
+        # depend on its neighbours and its padding (median cosine 0.978 between the two), which the
+        # cache, keyed by text, cannot allow. One text at a time is also a little faster (no padding).
+        batch_size = 1
 
     # Torch modules are not safe to call from several threads at once, nor is a fast tokenizer
     # whose truncation is being set ("Already borrowed").

@@ -11,7 +11,7 @@ UNIT_NORM_TOLERANCE = 1e-3
 class ChunkEmbeddings(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
 
-    model: str
+    model: str  # the model variant that computed the vectors (encoder.model_variant: name and precision)
     dim: int
     vectors: np.ndarray  # row i embeds chunk i of document_chunks
 

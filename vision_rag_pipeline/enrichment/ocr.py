@@ -41,7 +41,7 @@ from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
     deskew,
     for_ocr,
-    run_lengths,
+    long_runs,
     scale_for_ocr,
     sharpen_soft,
 )
@@ -386,10 +386,10 @@ def remove_ruling_lines(ink: np.ndarray, text_height: float | None) -> tuple[np.
     mask = ink > 80
     min_length = max(40, round(4 * height))
     max_thickness = max(3, round(0.4 * height))
-    horizontal = run_lengths(mask, axis=1) >= min_length
-    horizontal &= run_lengths(horizontal, axis=0) <= max_thickness
-    vertical = run_lengths(mask, axis=0) >= min_length
-    vertical &= run_lengths(vertical, axis=1) <= max_thickness
+    horizontal = long_runs(mask, 1, min_length)
+    horizontal &= ~long_runs(horizontal, 0, max_thickness + 1)
+    vertical = long_runs(mask, 0, min_length)
+    vertical &= ~long_runs(vertical, 1, max_thickness + 1)
     rules = horizontal | vertical
     if not rules.any():
         return ink, 0
@@ -418,8 +418,8 @@ def _as_page(ink: np.ndarray) -> Image.Image:
     """Ink map -> black text on white, contrast stretched, the way Tesseract likes it."""
     cumulative = np.cumsum(np.bincount(ink.ravel(), minlength=256))
     peak = max(float(np.searchsorted(cumulative, 0.995 * cumulative[-1])), 40.0)
-    scaled = np.clip(ink.astype(np.float32) * (255.0 / peak), 0, 255)
-    return Image.fromarray((255 - scaled).astype(np.uint8), mode="L")
+    scaled = np.clip(np.arange(256, dtype=np.float32) * (255.0 / peak), 0, 255)
+    return Image.fromarray((255 - scaled).astype(np.uint8)[ink], mode="L")  # by table, per grey level
 
 
 def _unread_ink(page: Image.Image, lines: list[_Line]) -> tuple[np.ndarray, np.ndarray]:

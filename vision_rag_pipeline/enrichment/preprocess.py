@@ -174,17 +174,25 @@ def encode_for_vision(img: Image.Image, detail_mode: str) -> tuple[bytes, str, t
     return buffer.getvalue(), "image/jpeg", size
 
 
-def run_lengths(mask: np.ndarray, axis: int) -> np.ndarray:
-    """For each True pixel, the length of the run of True it belongs to along `axis`."""
+def long_runs(mask: np.ndarray, axis: int, length: int) -> np.ndarray:
+    """Which True pixels belong to a run of at least `length` True pixels along `axis`.
+
+    Every caller asks "is this stroke long?", never how long: marking only the long runs' starts and
+    ends lets one int8 running sum (0 or 1 all along) fill them in, a third of the time the run
+    lengths themselves took in int32 on a 12-megapixel page.
+    """
     grid = mask if axis == 1 else mask.T
     rows, width = grid.shape
-    edges = np.diff(np.pad(grid, ((0, 0), (1, 1))).astype(np.int8), axis=1).ravel()  # rows x (width + 1)
+    padded = np.zeros((rows, width + 2), dtype=np.int8)
+    padded[:, 1:-1] = grid
+    edges = np.diff(padded, axis=1).ravel()  # rows x (width + 1): +1 where a run starts, -1 past its end
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1)
-    steps = np.zeros(edges.size + 1, dtype=np.int32)
-    steps[starts] += ends - starts
-    steps[ends] -= ends - starts
-    out = np.cumsum(steps[:-1]).reshape(rows, width + 1)[:, :width]
+    long = ends - starts >= length
+    steps = np.zeros(edges.size, dtype=np.int8)
+    steps[starts[long]] = 1
+    steps[ends[long]] = -1
+    out = np.cumsum(steps, dtype=np.int8).view(np.bool_).reshape(rows, width + 1)[:, :width]
     return out if axis == 1 else out.T
 
 
@@ -196,9 +204,9 @@ def text_line_height(gray: np.ndarray) -> float | None:
     if gray.size == 0:
         return None
     background = int(np.bincount(gray.ravel(), minlength=256).argmax())  # the most common grey
-    ink = np.abs(gray.astype(np.int16) - background) > 60
+    ink = (np.abs(np.arange(256) - background) > 60)[gray]  # by table: no int16 copy of the page
     # table grids, axes and bars are not text: drop long strokes before measuring
-    ink &= (run_lengths(ink, axis=1) < RULE_LENGTH) & (run_lengths(ink, axis=0) < RULE_LENGTH)
+    ink &= ~(long_runs(ink, 1, RULE_LENGTH) | long_runs(ink, 0, RULE_LENGTH))
     rows = ink.mean(axis=1) > 0.002
     if not rows.any():
         return None

@@ -8,6 +8,7 @@ readers never see a half-written document.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -82,8 +83,22 @@ END $$;
 """
 
 
+# Which model variant (encoder.model_variant: model name and precision) embedded each document's
+# vectors: `reindex` re-embeds where it is not the configured one, and a search embeds the query with
+# the variant of the indexed documents. One row per document, so reading it is cheap.
+_VECTOR_MODELS_DDL = """
+CREATE TABLE IF NOT EXISTS vector_models (document_id text PRIMARY KEY, model text NOT NULL);
+"""
+
+
+_MODELS_QUERY = (
+    "SELECT jsonb_object_agg(model, documents) FROM"
+    " (SELECT model, count(*) AS documents FROM vector_models GROUP BY model) AS m"
+)
+
+
 def _schema(dim: int) -> str:
-    return _tables_ddl(dim) + _indexes_ddl() + _PAGE_KIND_MIGRATION
+    return _tables_ddl(dim) + _indexes_ddl() + _PAGE_KIND_MIGRATION + _VECTOR_MODELS_DDL
 
 
 _CHUNK_COLUMNS = (
@@ -130,19 +145,33 @@ class PgVectorStore:
     def __init__(self, dim: int, url: str | None = None) -> None:
         self.dim = dim
         self.url = url
+        self.models: dict[str, int] = {}  # model variant: documents it embedded (`vector_models`)
+        self._models_read = 0.0
         ensure_schema(_schema(dim), url)
         self._check_dimension()
 
     def _check_dimension(self) -> None:
+        """Refuse vectors of another dimension; read which variants embedded the index (one round trip)."""
         with connect(self.url) as conn:
-            row = conn.execute(
-                "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+            stored_dim, models = conn.execute(
+                f"SELECT (SELECT atttypmod FROM pg_attribute WHERE attrelid = 'chunks'::regclass"
+                f" AND attname = 'embedding'), ({_MODELS_QUERY})"
             ).fetchone()
-        if row and row[0] != self.dim:
+        if stored_dim is not None and stored_dim != self.dim:
             raise DimensionMismatchError(
-                f"the chunks table holds {row[0]}-dimensional vectors but the embedding model gives {self.dim}; "
+                f"the chunks table holds {stored_dim}-dimensional vectors but the embedding model gives {self.dim}; "
                 "reindex after changing the embedding model"
             )
+        self.models, self._models_read = dict(models or {}), time.monotonic()
+
+    def model_variant(self, max_age_s: float = 30.0) -> str | None:
+        """The variant that embedded most indexed documents (None before the first is recorded), read
+        again when the last reading is older than `max_age_s`: a long-lived server follows a reindex."""
+        if time.monotonic() - self._models_read > max_age_s:
+            with connect(self.url) as conn:
+                models = conn.execute(_MODELS_QUERY).fetchone()[0]
+            self.models, self._models_read = dict(models or {}), time.monotonic()
+        return max(sorted(self.models), key=self.models.__getitem__) if self.models else None
 
     def replace_document(
         self,
@@ -150,13 +179,20 @@ class PgVectorStore:
         chunks: Sequence[Chunk],
         vectors: np.ndarray,
         images: Sequence[tuple[EnrichmentResult, np.ndarray]] = (),
+        model: str | None = None,
     ) -> None:
-        """Delete the document's rows and write the new ones in one transaction."""
+        """Delete the document's rows and write the new ones in one transaction, with the model variant
+        that embedded `vectors` (None: not known, so `reindex` will embed them again)."""
         if len(chunks) != len(vectors):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
         with connect(self.url) as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM chunks WHERE document_id = %s", (document_id,))
             cur.execute("DELETE FROM rag_images WHERE document_id = %s", (document_id,))
+            cur.execute("DELETE FROM vector_models WHERE document_id = %s", (document_id,))
+            if model is not None:
+                cur.execute(
+                    "INSERT INTO vector_models (document_id, model) VALUES (%s, %s)", (document_id, model)
+                )
             with cur.copy(
                 f"COPY chunks ({_CHUNK_COLUMNS}, embedding) FROM STDIN WITH (FORMAT BINARY)"
             ) as copy:
@@ -373,7 +409,23 @@ def delete_document_rows(document_id: str, url: str | None = None) -> int:
             return 0
         deleted = conn.execute("DELETE FROM chunks WHERE document_id = %s", (document_id,)).rowcount
         conn.execute("DELETE FROM rag_images WHERE document_id = %s", (document_id,))
+        if conn.execute("SELECT to_regclass('vector_models') IS NOT NULL").fetchone()[0]:
+            conn.execute("DELETE FROM vector_models WHERE document_id = %s", (document_id,))
     return deleted
+
+
+def stored_models(url: str | None = None) -> dict[str | None, int]:
+    """{model variant: indexed documents it embedded}; None counts documents indexed without a record
+    (before variants were recorded, or written without one)."""
+    ensure_schema(_VECTOR_MODELS_DDL, url)
+    with connect(url) as conn:
+        if not _tables_exist(conn):
+            return {}
+        rows = conn.execute(
+            "SELECT v.model, count(*) FROM (SELECT document_id FROM chunks UNION SELECT document_id FROM"
+            " rag_images) AS d LEFT JOIN vector_models v USING (document_id) GROUP BY v.model"
+        ).fetchall()
+    return {model: int(documents) for model, documents in rows}
 
 
 def chunk_count(document_id: str | None = None, url: str | None = None) -> int:
@@ -424,11 +476,13 @@ def rebuild_tables(
     embed: Callable[[list[str]], np.ndarray] | None = None,
     dim: int | None = None,
     batch_size: int = 256,
+    model: str | None = None,
 ) -> RebuildReport:
     """Rebuild `chunks` and `rag_images` aside (fresh HNSW index) and swap them in, searches answering.
 
     Without `embed` the stored vectors are copied as they are; with it (a new embedding model,
-    `dim` its dimension) every text is embedded again. One transaction: the old tables are locked
+    `dim` its dimension, `model` the variant `embed` runs, recorded for every document) every text
+    is embedded again. One transaction: the old tables are locked
     in SHARE mode, so searches keep reading them while writers wait and land in the new tables
     after the swap; the renames at the end take an exclusive lock for an instant.
     """
@@ -489,6 +543,13 @@ def rebuild_tables(
                 embed,
                 batch_size,
             )
+            cur.execute(_VECTOR_MODELS_DDL + "DELETE FROM vector_models")
+            if model is not None:
+                cur.execute(
+                    "INSERT INTO vector_models (document_id, model) SELECT document_id, %s FROM"
+                    " (SELECT document_id FROM chunks_new UNION SELECT document_id FROM rag_images_new) AS d",
+                    (model,),
+                )
         cur.execute(_indexes_ddl("chunks_new", "rag_images_new"))
         chunks = cur.execute("SELECT count(*) FROM chunks_new").fetchone()[0]
         images = cur.execute("SELECT count(*) FROM rag_images_new").fetchone()[0]

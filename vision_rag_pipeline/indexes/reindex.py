@@ -3,9 +3,10 @@
 The chunk rows in Postgres (text, location and vector) are the source of truth; the lexical index is
 rebuilt from them (tantivy: new directory + pointer swap; Elasticsearch: new index + alias move) and
 the pgvector tables are copied into fresh tables with a fresh HNSW index and renamed into place.
-Vectors are copied, not recomputed, unless the embedding model's dimension no longer matches the
-table or a re-embedding is asked for; even then the embedding cache answers for texts the model
-already embedded.
+Vectors are copied, not recomputed, unless they are not what the configured model would give: its
+dimension no longer matches the table, or a document's vectors were embedded by another model or
+precision (`vector_models` records the variant of each document), or a re-embedding is asked for;
+even then the embedding cache answers for texts the model variant already embedded.
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from pydantic import BaseModel
 from vision_rag_pipeline.core.config import EmbeddingConfig
 from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex
-from vision_rag_pipeline.indexes.pgvector_store import RebuildReport, rebuild_tables, stored_chunks
+from vision_rag_pipeline.indexes.pgvector_store import (
+    RebuildReport,
+    rebuild_tables,
+    stored_chunks,
+    stored_models,
+)
 
 
 class ReindexReport(BaseModel):
     vector: RebuildReport
     lexical_docs: int
     seconds: float
+    reembed_reason: str | None = None  # why the vectors were computed again, when they were
 
 
 def vector_dimension(url: str | None = None) -> int | None:
@@ -56,14 +63,17 @@ def reindex(
 ) -> ReindexReport:
     """Rebuild the pgvector tables and the lexical index aside and swap them in.
 
-    Re-embeds when asked or when the configured model's dimension differs from the stored vectors'.
+    Re-embeds when asked, or when the stored vectors are not the configured model variant's
+    (`reembed_reason`).
     """
     from vision_rag_pipeline.embeddings.cache import encode_cached
-    from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
+    from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode, model_variant
 
     started = time.perf_counter()
     model_dim = embedding_dimension(embedding.model)
-    if reembed or vector_dimension(url) != model_dim:
+    variant = model_variant(embedding.model, embedding.precision)
+    reason = "asked" if reembed else stale_vectors_reason(url, model_dim, variant)
+    if reason:
 
         def embed(texts: list[str]):
             return encode_cached(
@@ -74,10 +84,27 @@ def reindex(
                 embedding.precision,
             )[0]
 
-        vector = rebuild_tables(url, embed=embed, dim=model_dim)
+        vector = rebuild_tables(url, embed=embed, dim=model_dim, model=variant)
     else:
         vector = rebuild_tables(url)
     lexical_docs = rebuild_lexical(lexical, url)
     return ReindexReport(
-        vector=vector, lexical_docs=lexical_docs, seconds=round(time.perf_counter() - started, 3)
+        vector=vector,
+        lexical_docs=lexical_docs,
+        seconds=round(time.perf_counter() - started, 3),
+        reembed_reason=reason,
     )
+
+
+def stale_vectors_reason(url: str | None, model_dim: int, variant: str) -> str | None:
+    """Why the stored vectors are not those `variant` (of dimension `model_dim`) gives, or None."""
+    stored_dim = vector_dimension(url)
+    if stored_dim is not None and stored_dim != model_dim:
+        return f"the index holds {stored_dim}-dimensional vectors, {variant} gives {model_dim}"
+    others = {model: n for model, n in stored_models(url).items() if model != variant}
+    if not others:
+        return None
+    named = ", ".join(
+        f"{n} by {model or 'an unrecorded model'}" for model, n in sorted(others.items(), key=str)
+    )
+    return f"documents embedded by another model variant than {variant}: {named}"

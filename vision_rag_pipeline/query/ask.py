@@ -33,7 +33,7 @@ from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
-from vision_rag_pipeline.query.search import Hit, search_queries, vector_store
+from vision_rag_pipeline.query.search import Hit, indexed_embedding, search_queries, vector_store
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
@@ -488,6 +488,10 @@ def ask(
         queries += [(sub, 1.0) for sub in decompose(question, settings.max_subquestions)]
     picture = describe_query_image(image, config) if image is not None else None
     hits = search_queries(queries, k, image=picture, config=config)
+    # the question and the sentences it is compared with as the indexed vectors were embedded
+    config = config.model_copy(
+        update={"embedding": indexed_embedding(vector_store(config.embedding.model), config.embedding)}
+    )
     question_vector = encode([question], config.embedding.model, precision=config.embedding.precision)[0]
     context, _ = relevant_context(question_vector, hits, config)
     client = client or (

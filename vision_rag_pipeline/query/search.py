@@ -21,11 +21,16 @@ import numpy as np
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig, load_config
+from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, RetrievalConfig, load_config
 from vision_rag_pipeline.core.periods import containing, finest_period, period_fit, spelled
 from vision_rag_pipeline.core.text import query_terms, terms
 from vision_rag_pipeline.documents.model import BBox
-from vision_rag_pipeline.embeddings.encoder import embedding_dimension, encode
+from vision_rag_pipeline.embeddings.encoder import (
+    embedding_dimension,
+    encode,
+    resolve_precision,
+    variant_precision,
+)
 from vision_rag_pipeline.images.fingerprint import HASH_BITS
 from vision_rag_pipeline.indexes.lexical import LandmarkFilter, LexicalHit
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -106,6 +111,20 @@ def vector_store(model: str) -> PgVectorStore:
     return PgVectorStore(embedding_dimension(model))
 
 
+def indexed_embedding(store: PgVectorStore, embedding: EmbeddingConfig) -> EmbeddingConfig:
+    """The embedding settings a query must be embedded with to be compared with the indexed vectors:
+    the configured model at the precision that embedded most indexed documents (hosts of a deployment
+    may resolve `auto` differently, and a precision change takes effect document by document), or as
+    configured when the index holds another model's vectors or none yet."""
+    variant = store.model_variant()
+    if variant is None:
+        return embedding
+    model, precision = variant_precision(variant)
+    if model != embedding.model or precision == resolve_precision(embedding.precision):
+        return embedding
+    return embedding.model_copy(update={"precision": precision})
+
+
 def search_queries(
     queries: Sequence[tuple[str, float]],
     k: int,
@@ -173,8 +192,9 @@ def search_queries(
             period = LandmarkFilter(periods=named_periods)
             hits = lexical.search(question, pool, document_ids=document_ids, kinds=kinds, landmarks=period)
             restricted.append((hits, retrieval.period_weight))
+    embedding = indexed_embedding(store, config.embedding) if mode != "lexical" else config.embedding
     vectors = (
-        encode([text for text, _ in queries], config.embedding.model, precision=config.embedding.precision)
+        encode([text for text, _ in queries], embedding.model, precision=embedding.precision)
         if mode in ("hybrid", "vector")
         else []
     )
@@ -256,7 +276,7 @@ def search_queries(
             else ""
         )
         if asked and mode != "lexical":
-            asked_vector = encode([asked], config.embedding.model, precision=config.embedding.precision)[0]
+            asked_vector = encode([asked], embedding.model, precision=embedding.precision)[0]
             similarities = cosine_similarities(asked_vector, {cid: found.embeddings[cid] for cid in head})
         # exact matches tell near-identical documents apart (a report series' titles and the words
         # only one quarter's excerpt has); within one document they outvote the content instead
