@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, ProviderLimits, RagConfig
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.embeddings.encoder import encode
-from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
+from vision_rag_pipeline.enrichment.model import CHART_DATA_HEADING, MetaContent
 from vision_rag_pipeline.enrichment.vlm import VisionClient
 from vision_rag_pipeline.query.ask import UNRESOLVED_LOG, ask, decompose, extractive_answer, sentences
 from vision_rag_pipeline.query.localize import find_excerpt, locate
@@ -83,18 +83,21 @@ def test_sentences_never_cut_an_image_annotation_or_cite_the_image_context() -> 
         "![Figure 1. Key indicators.](doc.pdf#page=1&image=4)",
         "Next.",
     ]
-    meta = (
-        "<meta>\n[Source]: a/b.png\n</meta>\n<content>\nChart.\nText in image:\nSales 4.2\n"
-        "Context: Page text.\n</content>"
+    meta = MetaContent(
+        source="a/b.png", image_type="Chart", content="Chart.\nText in image:\nSales 4.2\nContext: Page text."
+    ).render()
+    found = [meta[a:b] for a, b in sentences(meta)]
+    assert "Sales 4.2" in found and not any(
+        "Page text" in sentence or "Source" in sentence for sentence in found
     )
-    assert "Page text." not in [meta[a:b] for a, b in sentences(meta)]
 
 
 def test_each_chart_row_is_a_sentence_whatever_its_case_and_the_heading_is_none() -> None:
-    meta = (
-        "<meta>\n[Source]: a/b.png\n</meta>\n<content>\nChart.\nText in image:\nFeed by pen\n"
-        f"{CHART_DATA_HEADING}\nwallaby: 71.3\nbilby: 52.9\nContext: Page text.\n</content>"
-    )
+    meta = MetaContent(
+        source="a/b.png",
+        image_type="Chart",
+        content=f"Chart.\nText in image:\nFeed by pen\n{CHART_DATA_HEADING}\nwallaby: 71.3\nbilby: 52.9\nContext: Page text.",
+    ).render()
     found = [meta[a:b] for a, b in sentences(meta)]
     assert found[-2:] == ["wallaby: 71.3", "bilby: 52.9"]
     assert not any(CHART_DATA_HEADING in sentence for sentence in found)

@@ -13,8 +13,8 @@ from PIL import Image, ImageDraw, ImageFont
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment import ocr
 from vision_rag_pipeline.enrichment.chart import chart_rows, evenly_stepped
-from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING, fuse_by_rule, fuse_with_llm
-from vision_rag_pipeline.enrichment.model import OcrResult, OcrWord
+from vision_rag_pipeline.enrichment.fusion import fuse_by_rule, fuse_with_llm
+from vision_rag_pipeline.enrichment.model import CHART_DATA_HEADING, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.ocr import ocr_image
 
 needs_tesseract = pytest.mark.skipif(not ocr.available_languages(), reason="tesseract is not installed")

@@ -19,7 +19,7 @@ from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.enrichment.cost import vision_tokens
-from vision_rag_pipeline.enrichment.fusion import parse_meta_content
+from vision_rag_pipeline.enrichment.model import MetaContent
 from vision_rag_pipeline.enrichment.vlm import VisionClient
 from vision_rag_pipeline.media_enrichment import enrich_files, media_enrichment
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply, error_reply
@@ -87,10 +87,10 @@ def test_cold_then_warm_cache_then_a_prompt_edit_then_a_keyword_change(
     assert set(cold.results) == {img.sha256 for img in text_images}  # the IGNOREd pixel is not enriched
     for img, lines in zip(text_images, TEXTS, strict=True):
         result = cold.results[img.sha256]
-        meta = parse_meta_content(result.meta_content)
-        assert meta["source"] == f"report.mhtml/{img.name}"
+        meta = MetaContent.parse(result.meta_content)
+        assert meta.source == f"report.mhtml/{img.name}"
         for word in " ".join(lines).split():
-            assert word in meta["content"]  # the image's words are searchable
+            assert word in meta.content  # the image's words are searchable
         assert result.fusion == "rule" and not result.cached
         size = Image.open(io.BytesIO(img.data)).size
         assert result.vision_tokens == vision_tokens(*size, "auto"), "cost is estimated even offline"
@@ -125,9 +125,9 @@ def test_duplicates_are_enriched_once_and_a_hit_names_the_current_document(
 
     other = first.model_copy(update={"alt": "Helsinki warehouse revenue", "url": "https://example.com/b.png"})
     hit = enrich_document_images([other], verdicts, config, cache, "b.mhtml").results[first.sha256]
-    meta = parse_meta_content(hit.meta_content)
-    assert hit.cached and meta["source"] == f"b.mhtml/{first.name}" and hit.image_url == other.url
-    assert "Helsinki warehouse revenue" in meta["content"] and hit.description == "Helsinki warehouse revenue"
+    meta = MetaContent.parse(hit.meta_content)
+    assert hit.cached and meta.source == f"b.mhtml/{first.name}" and hit.image_url == other.url
+    assert "Helsinki warehouse revenue" in meta.content and hit.description == "Helsinki warehouse revenue"
 
 
 def test_svg_text_and_scanned_pages_are_enriched(cache: EnrichmentCache) -> None:
@@ -143,8 +143,8 @@ def test_svg_text_and_scanned_pages_are_enriched(cache: EnrichmentCache) -> None
     verdicts = classify_images([svg, page], config.media_enrichment.features.classifier)
     batch = enrich_document_images([svg, page], verdicts, config, None, "scan.pdf")
     assert batch.errors == []
-    svg_meta = parse_meta_content(batch.results[svg.sha256].meta_content)
-    assert "Approval workflow" in svg_meta["content"] and "Legal review" in svg_meta["content"]
+    svg_meta = MetaContent.parse(batch.results[svg.sha256].meta_content)
+    assert "Approval workflow" in svg_meta.content and "Legal review" in svg_meta.content
     assert "Tenant Virtanen" in batch.results[page.sha256].meta_content
 
 
@@ -165,7 +165,7 @@ def test_a_scan_with_its_own_ocr_layer_is_not_read_again(
     monkeypatch.setattr(batch_module, "read_image", no_tesseract)
     result = enrich_document_images([scan], verdicts, config, cache, "scan.pdf").results[scan.sha256]
     assert result.ocr.text == layer and result.ocr.level == "High"
-    assert "rent 12,5 % above index" in parse_meta_content(result.meta_content)["content"]
+    assert "rent 12,5 % above index" in MetaContent.parse(result.meta_content).content
 
     monkeypatch.undo()  # the same bytes without a layer are another enrichment: read, not served the layer
     unread = enrich_document_images([bare], verdicts, config, cache, "scan.pdf")
@@ -210,9 +210,7 @@ def test_vision_caption_and_llm_fusion(
     result = batch.results[img.sha256]
     assert result.vlm_caption == "A dashboard tile about the Helsinki warehouse."
     assert result.fusion == "llm" and result.image_type == "Screenshot" and result.errors == []
-    assert parse_meta_content(result.meta_content)["content"].startswith(
-        "A sales dashboard. Warehouse Helsinki"
-    )
+    assert MetaContent.parse(result.meta_content).content.startswith("A sales dashboard. Warehouse Helsinki")
     assert batch.vision_tokens == result.vision_tokens == 85  # low detail
     describe, fusion = server.requests
     assert describe.body["model"] == "llava"
@@ -247,7 +245,7 @@ def test_llm_fusion_that_drops_the_image_words_gets_the_ocr_text_appended(
     config = fresh_config()
     verdicts = classify_images([img], config.media_enrichment.features.classifier)
     result = enrich_document_images([img], verdicts, config, None, "doc", vision=vision).results[img.sha256]
-    content = parse_meta_content(result.meta_content)["content"]
+    content = MetaContent.parse(result.meta_content).content
     assert result.fusion == "llm" and content.startswith("A dashboard.")
     assert "Customer Onboarding" in content and "Ticket backlog 112" in content
 
@@ -310,7 +308,7 @@ def test_media_enrichment_accepts_data_urls() -> None:
     url = "data:image/png;base64," + base64.b64encode(png(TEXTS[0])).decode()
     request = {"domain": "d", "config_version": "1", "images": [{"url": url, "name": "kpi.png"}]}
     content = media_enrichment(request, RagConfig())["generated_response"]["content"]
-    assert parse_meta_content(content)["source"] == "request/kpi.png"
+    assert MetaContent.parse(content).source == "request/kpi.png"
 
 
 def test_media_enrichment_limits() -> None:

@@ -13,10 +13,8 @@ from vision_rag_pipeline.enrichment.fusion import (
     extract_keywords,
     fuse_by_rule,
     infer_image_type,
-    meta_content,
-    parse_meta_content,
 )
-from vision_rag_pipeline.enrichment.model import OcrResult
+from vision_rag_pipeline.enrichment.model import CHART_DATA_HEADING, CONTEXT_LABEL, MetaContent, OcrResult
 
 
 def _image(**fields: str) -> DocumentImage:
@@ -26,9 +24,13 @@ def _image(**fields: str) -> DocumentImage:
 
 
 def test_meta_content_renders_the_design_format_exactly() -> None:
-    text = meta_content(
-        "report.mhtml/chart.png", "Chart", "High", ["revenue", "Q3"], "A bar chart.\nText in image:\nRevenue"
-    )
+    text = MetaContent(
+        source="report.mhtml/chart.png",
+        image_type="Chart",
+        ocr_confidence="High",
+        keywords=["revenue", "Q3"],
+        content="A bar chart.\nText in image:\nRevenue",
+    ).render()
     assert text == (
         "<meta>\n"
         "[Source]: report.mhtml/chart.png\n"
@@ -53,29 +55,53 @@ def _one_line(text: str) -> str:
     keywords=st.lists(st.text()),
     content=st.text(),
 )
-def test_parse_meta_content_round_trips(
+def test_meta_content_parses_back_what_it_renders(
     source: str, image_type: str, level: str, keywords: list[str], content: str
 ) -> None:
-    text = meta_content(source, image_type, level, keywords, content)
-    parsed = parse_meta_content(text)
+    text = MetaContent(
+        source=source, image_type=image_type, ocr_confidence=level, keywords=keywords, content=content
+    ).render()
+    parsed = MetaContent.parse(text)
     expected_keywords = [_one_line(k.replace(",", " ")) for k in keywords]
-    assert parsed == {
-        "source": _one_line(source),
-        "type": _one_line(image_type),
-        "ocr_confidence": level,
-        "keywords": [k for k in expected_keywords if k],
-        "content": content.strip(),
-    }
-    # rendering what was parsed gives the same chunk back
-    again = meta_content(
-        parsed["source"], parsed["type"], parsed["ocr_confidence"], parsed["keywords"], parsed["content"]
+    assert parsed == MetaContent(
+        source=_one_line(source),
+        image_type=_one_line(image_type),
+        ocr_confidence=level,
+        keywords=[k for k in expected_keywords if k],
+        content=content.strip(),
     )
-    assert again == text
+    assert parsed.render() == text  # rendering what was parsed gives the same chunk back
 
 
-def test_parse_meta_content_rejects_other_text() -> None:
+def test_parsing_other_text_is_an_error() -> None:
     with pytest.raises(ValueError, match="not a Meta-Content chunk"):
-        parse_meta_content("just some text")
+        MetaContent.parse("just some text")
+
+
+_ROW = st.from_regex(r"[A-Za-z][A-Za-z ]{0,12}: [0-9]{1,3}(\.[0-9])?", fullmatch=True)
+_LINE = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9 .,%]{0,30}", fullmatch=True)
+
+
+@given(before=st.lists(_LINE, max_size=4), rows=st.lists(_ROW, min_size=1, max_size=6), context=_LINE)
+def test_layout_finds_every_chart_row_and_leaves_the_page_context_out(
+    before: list[str], rows: list[str], context: str
+) -> None:
+    meta = MetaContent(
+        source="r.pdf/p3.png",
+        image_type="Chart",
+        content="\n".join(["Chart.", *before, CHART_DATA_HEADING, *rows, CONTEXT_LABEL + context]),
+    )
+    text = meta.render()
+    layout = MetaContent.layout(text)
+    assert layout is not None
+    assert [text[a:b] for a, b in layout.chart_rows] == rows == meta.chart_rows
+    assert text[slice(*layout.chart_heading)] == CHART_DATA_HEADING
+    body = text[slice(*layout.body)]
+    assert body.startswith("Chart.") and CONTEXT_LABEL not in body and "<meta>" not in body
+
+
+def test_a_plain_text_chunk_has_no_meta_content_layout() -> None:
+    assert MetaContent.layout("Revenue rose.\nValues by label:\nNorth: 4") is None
 
 
 def test_clean_ocr_text_drops_garbage_lines_and_grid_symbols() -> None:
@@ -117,13 +143,13 @@ def test_rule_fusion_carries_every_ocr_word_alt_text_and_context() -> None:
     image = _image(alt="Revenue by region", context="Figure 3 shows how the northern region grew.")
     ocr = OcrResult(text="North 42\nSouth 37\nEast 55\nWest 18\n|||", confidence=91, level="High")
     fused = fuse_by_rule(image, ["chart"], ocr, "q3-report.mhtml/chart.png", max_keywords=8)
-    parsed = parse_meta_content(fused.meta_content)
-    assert parsed["source"] == "q3-report.mhtml/chart.png"
-    assert parsed["type"] == "Chart"
-    assert parsed["ocr_confidence"] == "High"
+    parsed = MetaContent.parse(fused.meta_content)
+    assert parsed.source == "q3-report.mhtml/chart.png"
+    assert parsed.image_type == "Chart"
+    assert parsed.ocr_confidence == "High"
     for word in ("North 42", "South 37", "East 55", "West 18", "Revenue by region", "northern region grew"):
-        assert word in parsed["content"]
-    assert "Text in image:" in parsed["content"]
+        assert word in parsed.content
+    assert "Text in image:" in parsed.content
     assert fused.fusion == "rule"
     assert fused.description == "Revenue by region"
 

@@ -21,7 +21,7 @@ from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.fusion import chart_data_rows, clean_ocr_text, indexable_reading
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, MetaContent
 from vision_rag_pipeline.images.model import ExtractedImage
 
 # An image's text is also indexed in small groups of lines, each under the document title and
@@ -191,6 +191,8 @@ def _image_chunks(
             # the image's own text says its language; the Meta-Content headers are always English
             "language": text_language(reading.text or result.description),
             "keywords": result.keywords,
+            # the chart's "label: value" rows as its Meta-Content holds them, for callers that want data
+            "chart_rows": MetaContent.parse(result.meta_content).chart_rows,
             "fusion": result.fusion,
             "alt": image.alt,
             "pages": [image.location.page] if image.location.page else [],

@@ -13,9 +13,8 @@ from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch, enrich_document_images
 from vision_rag_pipeline.enrichment.cache import OFFLINE_ENGINE
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.fusion import parse_meta_content
 from vision_rag_pipeline.enrichment.languages import language_fingerprint, resolve_languages
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, MetaContent
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 from vision_rag_pipeline.images.model import ExtractedImage
 
@@ -144,6 +143,6 @@ def _ocr_confidence(result: EnrichmentResult) -> str:
 def _chunk_content(result: EnrichmentResult) -> str:
     """What the image chunk says (its <content>), without the <meta> header."""
     try:
-        return str(parse_meta_content(result.meta_content)["content"])
+        return MetaContent.parse(result.meta_content).content
     except ValueError:
         return result.description

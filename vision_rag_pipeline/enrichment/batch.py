@@ -31,11 +31,9 @@ from vision_rag_pipeline.enrichment.fusion import (
     Fused,
     fuse_by_rule,
     fuse_with_llm,
-    meta_content,
-    parse_meta_content,
 )
 from vision_rag_pipeline.enrichment.languages import read_image, resolve_languages
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, OcrResult
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, MetaContent, OcrResult
 from vision_rag_pipeline.enrichment.ocr import OcrError
 from vision_rag_pipeline.enrichment.preprocess import (
     ImageError,
@@ -239,16 +237,8 @@ def _for_this_document(
             "keywords": fused.keywords,
         }
     else:
-        fields = parse_meta_content(hit.meta_content)
-        update = {
-            "meta_content": meta_content(
-                source,
-                str(fields["type"]),
-                str(fields["ocr_confidence"]),
-                list(fields["keywords"]),
-                str(fields["content"]),
-            )
-        }
+        meta = MetaContent.parse(hit.meta_content)
+        update = {"meta_content": meta.model_copy(update={"source": source}).render()}
     return hit.model_copy(update={**update, "image_url": image.url})
 
 

@@ -19,7 +19,14 @@ from typing import Literal, get_args
 from vision_rag_pipeline.core.text import FUNCTION_WORDS
 from vision_rag_pipeline.documents.model import DocumentImage, ImageInfo
 from vision_rag_pipeline.enrichment.chart import chart_rows, evenly_stepped, number_value
-from vision_rag_pipeline.enrichment.model import ImageType, OcrResult
+from vision_rag_pipeline.enrichment.model import (
+    CHART_DATA_HEADING,
+    CONTEXT_LABEL,
+    ImageType,
+    MetaContent,
+    OcrResult,
+    flat_keyword,
+)
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError
 
 # Bump when fusion writes different Meta-Content for the same inputs (rules or the fusion prompt):
@@ -29,47 +36,9 @@ DESCRIPTION_MAX_CHARS = 200
 CONTEXT_MAX_CHARS = 300
 IMAGE_TYPES: tuple[str, ...] = get_args(ImageType)
 
-_META_RE = re.compile(
-    r"\A<meta>\n"
-    r"\[Source\]: ?(?P<source>[^\n]*)\n"
-    r"\[Type\]: ?(?P<type>[^\n]*)\n"
-    r"\[OCR_Confidence\]: ?(?P<ocr_confidence>[^\n]*)\n"
-    r"\[Keywords\]: ?(?P<keywords>[^\n]*)\n"
-    r"</meta>\n<content>\n(?P<content>.*)\n</content>\Z",
-    re.DOTALL,
-)
-
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def _keyword(text: str) -> str:
-    """A keyword as the [Keywords] line can hold it: one line, no commas (they separate keywords)."""
-    return _one_line(text.replace(",", " "))
-
-
-def meta_content(source: str, image_type: str, ocr_level: str, keywords: list[str], content: str) -> str:
-    """The Meta-Content chunk of DESIGN.md; header values are flattened to one line each."""
-    header = [
-        ("Source", _one_line(source)),
-        ("Type", _one_line(image_type)),
-        ("OCR_Confidence", _one_line(ocr_level)),
-        ("Keywords", ", ".join(k for k in map(_keyword, keywords) if k)),
-    ]
-    lines = ["<meta>", *(f"[{label}]:" + (f" {value}" if value else "") for label, value in header)]
-    return "\n".join([*lines, "</meta>", "<content>", content.strip(), "</content>"])
-
-
-def parse_meta_content(text: str) -> dict[str, str | list[str]]:
-    """source, type, ocr_confidence, keywords (list) and content of a Meta-Content chunk."""
-    match = _META_RE.match(text.strip())
-    if match is None:
-        raise ValueError(f"not a Meta-Content chunk: {text[:80]!r}")
-    fields: dict[str, str | list[str]] = match.groupdict()
-    keywords = str(fields["keywords"])
-    fields["keywords"] = keywords.split(", ") if keywords else []
-    return fields
 
 
 @dataclass(frozen=True)
@@ -83,9 +52,6 @@ class Fused:
 
 # --- OCR text cleaning ---------------------------------------------------------------------------
 
-# Heads the chart values paired with their labels by layout, one "label: value" line each; the
-# extractive answerer (query/ask.py) reads every line under it as one row.
-CHART_DATA_HEADING = "Values by label:"
 # Tables are read row by row already, and a screenshot's text is not a chart's
 _NO_CHART_DATA: frozenset[str] = frozenset({"Table", "Screenshot"})
 
@@ -301,7 +267,7 @@ def rule_content(
     if data:
         parts.append(data)
     if image.context.strip():
-        parts.append("Context: " + _truncate(image.context, CONTEXT_MAX_CHARS))
+        parts.append(CONTEXT_LABEL + _truncate(image.context, CONTEXT_MAX_CHARS))
     return "\n".join(parts)
 
 
@@ -320,7 +286,9 @@ def fuse_by_rule(
     keywords = extract_keywords(text, hints, max_keywords)
     content = rule_content(image, image_type, text, vlm_caption, chart_data(image_type, ocr))
     return Fused(
-        meta_content=meta_content(source, image_type, ocr.level, keywords, content),
+        meta_content=MetaContent(
+            source=source, image_type=image_type, ocr_confidence=ocr.level, keywords=keywords, content=content
+        ).render(),
         description=one_line_description(image, image_type, text, vlm_caption),
         image_type=image_type,
         keywords=keywords,
@@ -410,11 +378,15 @@ def fuse_with_llm(
     image_type: ImageType = data.get("type") if data.get("type") in IMAGE_TYPES else rule_type  # type: ignore[assignment]
     raw_keywords = data.get("keywords")
     keywords = (
-        [_keyword(str(k)) for k in raw_keywords if _keyword(str(k))] if isinstance(raw_keywords, list) else []
+        [flat_keyword(str(k)) for k in raw_keywords if flat_keyword(str(k))]
+        if isinstance(raw_keywords, list)
+        else []
     )
     keywords = keywords[:max_keywords] or extract_keywords(text, hints, max_keywords)
     return Fused(
-        meta_content=meta_content(source, image_type, ocr.level, keywords, content),
+        meta_content=MetaContent(
+            source=source, image_type=image_type, ocr_confidence=ocr.level, keywords=keywords, content=content
+        ).render(),
         description=one_line_description(image, image_type, text, vlm_caption or content),
         image_type=image_type,
         keywords=keywords,

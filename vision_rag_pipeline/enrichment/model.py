@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -39,6 +40,102 @@ class OcrResult(BaseModel):
     level: OcrLevel = "Low"
     languages: list[str] = Field(default_factory=list)
     words: list[OcrWord] = Field(default_factory=list)  # upright reads only: boxes share one frame
+
+
+# How a Meta-Content body heads the sections its readers look for again: the chart's values paired
+# with their labels ("label: value", one row per line) and the page text around the image.
+CHART_DATA_HEADING = "Values by label:"
+CONTEXT_LABEL = "Context: "
+
+_META_CONTENT = re.compile(
+    r"\A<meta>\n"
+    r"\[Source\]: ?(?P<source>[^\n]*)\n"
+    r"\[Type\]: ?(?P<image_type>[^\n]*)\n"
+    r"\[OCR_Confidence\]: ?(?P<ocr_confidence>[^\n]*)\n"
+    r"\[Keywords\]: ?(?P<keywords>[^\n]*)\n"
+    r"</meta>\n<content>\n(?P<content>.*)\n</content>\Z",
+    re.DOTALL,
+)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def flat_keyword(text: str) -> str:
+    """A keyword as the [Keywords] line holds it: one line, no commas (they separate keywords)."""
+    return _one_line(text.replace(",", " "))
+
+
+class MetaContentLayout(NamedTuple):
+    """Where the parts of a Meta-Content chunk sit in its text, as offsets into it: what an answer may
+    quote (the body before the page context, which is cited from the text chunk it comes from) and
+    the chart's rows, each a sentence of its own."""
+
+    body: tuple[int, int]
+    chart_heading: tuple[int, int] | None
+    chart_rows: list[tuple[int, int]]
+
+
+class MetaContent(BaseModel):
+    """The Meta-Content chunk of DESIGN.md as a value. `render` is its one writer and `parse` its one
+    reader: fusion writes it, the enrichment cache re-points it at another document, search by
+    image reads it back, and the answerer finds its sections (`layout`), all through this model."""
+
+    source: str = ""
+    image_type: str = "Image"
+    ocr_confidence: str = ""
+    keywords: list[str] = Field(default_factory=list)
+    content: str = ""
+
+    def render(self) -> str:
+        """The chunk text; header values are flattened to one line each (`flat_keyword` for keywords)."""
+        keywords = map(flat_keyword, self.keywords)
+        header = [
+            ("Source", _one_line(self.source)),
+            ("Type", _one_line(self.image_type)),
+            ("OCR_Confidence", _one_line(self.ocr_confidence)),
+            ("Keywords", ", ".join(k for k in keywords if k)),
+        ]
+        lines = ["<meta>", *(f"[{label}]:" + (f" {value}" if value else "") for label, value in header)]
+        return "\n".join([*lines, "</meta>", "<content>", self.content.strip(), "</content>"])
+
+    @classmethod
+    def parse(cls, text: str) -> MetaContent:
+        """The value `render` wrote; ValueError for any other text."""
+        match = _META_CONTENT.match(text.strip())
+        if match is None:
+            raise ValueError(f"not a Meta-Content chunk: {text[:80]!r}")
+        fields = match.groupdict()
+        keywords = fields.pop("keywords")
+        return cls(**fields, keywords=keywords.split(", ") if keywords else [])
+
+    @property
+    def chart_rows(self) -> list[str]:
+        """The chart's "label: value" rows, as fusion wrote them under `CHART_DATA_HEADING`."""
+        text = self.render()
+        layout = MetaContent.layout(text)
+        return [text[a:b] for a, b in layout.chart_rows] if layout else []
+
+    @staticmethod
+    def layout(text: str) -> MetaContentLayout | None:
+        """Where the body and the chart rows of a Meta-Content chunk's text are; None for other text."""
+        match = _META_CONTENT.match(text)
+        if match is None:
+            return None
+        start, end = match.span("content")
+        context = text.find("\n" + CONTEXT_LABEL, start, end)
+        end = context if context >= 0 else end
+        heading = text.find("\n" + CHART_DATA_HEADING + "\n", start, end)
+        if heading < 0:
+            return MetaContentLayout((start, end), None, [])
+        rows, offset = [], heading + len(CHART_DATA_HEADING) + 2
+        block_end = text.find("\n\n", offset, end)
+        for line in text[offset : block_end if block_end >= 0 else end].split("\n"):
+            if line.strip():
+                rows.append((offset, offset + len(line)))
+            offset += len(line) + 1
+        return MetaContentLayout((start, end), (heading + 1, heading + 1 + len(CHART_DATA_HEADING)), rows)
 
 
 class EnrichmentResult(BaseModel):

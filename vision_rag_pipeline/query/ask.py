@@ -29,7 +29,7 @@ from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagCo
 from vision_rag_pipeline.core.text import query_terms, stem
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
-from vision_rag_pipeline.enrichment.fusion import CHART_DATA_HEADING
+from vision_rag_pipeline.enrichment.model import MetaContent
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
@@ -42,12 +42,10 @@ UNRESOLVED_LOG = "unresolved.jsonl"
 _BOUNDARY = re.compile(
     r"(?<=[.!?:])\s+(?=[\"'(\[«„]?[A-ZА-ЯЁ0-9$])|(?<=[。！？；])\s*|\n\s*\n|\n(?=\s*[^a-zа-яё\s])"
 )
-_META_BLOCK = re.compile(r"<meta>.*?</meta>\s*<content>\s*|\s*</content>\s*$", re.S)
 _SUB_QUESTION_SPLIT = re.compile(
     r"\?\s+|;\s+|,?\s+and\s+(?=(?:what|which|who|when|where|why|how)\b)|,?\s+(?=also\b)", re.I
 )
 MAX_SENTENCE_CHARS = 400
-_IMAGE_CONTEXT = "\nContext: "  # how rule fusion appends the page text
 _EXCERPT_LINE = re.compile(r"[^\s·](?:[^·]*[^\s·])?")  # one line of an image excerpt ("line · line")
 
 
@@ -160,27 +158,6 @@ def relevant_context(
 # --- offline extractive answer ---------------------------------------------------------------------
 
 
-def _chart_data_heading(body: str) -> int:
-    """Where an image chunk's chart data (fusion's `CHART_DATA_HEADING` block) is headed; -1 if none."""
-    heading = body.find("\n" + CHART_DATA_HEADING + "\n")
-    return heading + 1 if heading >= 0 else -1
-
-
-def _chart_data_spans(body: str) -> list[tuple[int, int]]:
-    """(start, end) of each line of an image chunk's chart data."""
-    heading = _chart_data_heading(body)
-    if heading < 0:
-        return []
-    start = heading + len(CHART_DATA_HEADING) + 1
-    block = body[start:].split("\n\n", 1)[0]
-    rows, offset = [], start
-    for line in block.split("\n"):
-        if line.strip():
-            rows.append((offset, offset + len(line)))
-        offset += len(line) + 1
-    return rows
-
-
 def sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence of a chunk, skipping a Meta-Content header.
 
@@ -190,14 +167,13 @@ def sentences(text: str) -> list[tuple[int, int]]:
     row of an image's chart data is a sentence of its own, whatever case its label starts with;
     the data's heading is none.
     """
-    body = _META_BLOCK.sub(lambda m: " " * len(m.group()), text)
-    context = body.find(_IMAGE_CONTEXT) if text.startswith("<meta>") else -1
-    if context >= 0:  # an image chunk's page context is cited from the text chunk it comes from
-        body = body[:context]
-    rows = _chart_data_spans(body) if text.startswith("<meta>") else []
-    if rows:  # the heading is no sentence
-        heading = _chart_data_heading(body)
-        body = body[:heading] + " " * len(CHART_DATA_HEADING) + body[heading + len(CHART_DATA_HEADING) :]
+    body, rows = text, []
+    layout = MetaContent.layout(text)
+    if layout is not None:  # the header blanked, the page context (cited from its text chunk) cut off
+        (start, end), heading, rows = layout
+        body = " " * start + text[start:end]
+        if heading is not None:  # the heading is no sentence
+            body = body[: heading[0]] + " " * (heading[1] - heading[0]) + body[heading[1] :]
     notes = find_annotations(body)
     cuts = {0, len(body)} | {m.start() for m in _BOUNDARY.finditer(body)} | {c for row in rows for c in row}
     whole = [(n.start, n.end) for n in notes] + rows  # annotations and chart rows stay whole
@@ -237,7 +213,8 @@ def _candidates(context: list[Hit]) -> tuple[list[tuple[Hit, tuple[int, int], bo
             for line in _EXCERPT_LINE.finditer(hit.text, begin):
                 candidates.append((hit, line.span(), any(c.isdigit() for c in line.group())))
             continue
-        rows = set(_chart_data_spans(hit.text)) if hit.text.startswith("<meta>") else set()
+        layout = MetaContent.layout(hit.text)
+        rows = set(layout.chart_rows) if layout else set()
         candidates += [(hit, span, span in rows) for span in sentences(hit.text)]
     return candidates, headings
 

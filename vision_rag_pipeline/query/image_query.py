@@ -26,7 +26,7 @@ from vision_rag_pipeline.core.sniff import image_mime, is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.fusion import parse_meta_content
+from vision_rag_pipeline.enrichment.model import MetaContent
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, ImageError, load_image
 from vision_rag_pipeline.enrichment.vlm import vision_client_from_env
 
@@ -109,7 +109,6 @@ def describe_query_image(image: str | Path | bytes, config: RagConfig | None = N
         vision=vision_client_from_env(config.media_enrichment.provider),
     )
     result = batch.results[picture.sha256]
-    fields = parse_meta_content(result.meta_content)
-    keywords = ", ".join(fields["keywords"])
-    text = "\n".join(part for part in (str(fields["type"]), keywords, str(fields["content"])) if part)
+    meta = MetaContent.parse(result.meta_content)
+    text = "\n".join(part for part in (meta.image_type, ", ".join(meta.keywords), meta.content) if part)
     return QueryImage(text, verdict.perceptual_hash)
