@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.landmarks import attach_landmarks, document_header, page_units
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.periods import period_fit, periods
+from vision_rag_pipeline.core.periods import period_fit, periods, without_periods
 from vision_rag_pipeline.core.references import caption_reference, mentioned_references
 from vision_rag_pipeline.documents.model import Element, LoadedDocument, Location, PageInfo
 from vision_rag_pipeline.documents.page_numbers import edge_numbers, printed_page_numbers
@@ -96,6 +96,14 @@ def test_every_way_of_writing_a_quarter_is_the_same_period(year: int, quarter: i
     if "{yy}" in phrase and not 2000 <= year <= 2099:
         return  # a two-digit year is read as 20xx
     assert periods(text)[:2] == [f"{year}-Q{quarter}", str(year)]
+
+
+@given(st.integers(2000, 2039), st.integers(1, 4), st.sampled_from(QUARTER_PHRASES))
+def test_a_question_without_its_periods_keeps_every_other_word(year: int, quarter: int, phrase: str) -> None:
+    ordinal = ("first", "second", "third", "fourth")[quarter - 1]
+    named = phrase.format(q=quarter, y=year, yy=f"{year % 100:02d}", o=ordinal).removeprefix("the ")
+    question = f"Who led the {named} safety audit at the Gdansk site?"
+    assert without_periods(question) == "Who led the safety audit at the Gdansk site?"
 
 
 def test_fiscal_years_halves_and_months_are_periods_and_amounts_are_not() -> None:

@@ -65,7 +65,10 @@ def test_a_question_naming_quarter_and_site_finds_that_report_of_the_series(
     asked = [q for q in series if q["kind"] == kind]
     answers = [_answer(q) for q in asked]
     assert sum(first for first, _ in answers) >= 0.95 * len(asked)
-    assert sum(rank is not None for _, rank in answers) >= 0.85 * len(asked), [
+    # a body fact's section does not repeat its report's quarter, which the report's opening and the
+    # captions of its charts do: the period is the report's, not the passage's
+    found = 1.0 if kind == "text" else 0.85
+    assert sum(rank is not None for _, rank in answers) >= found * len(asked), [
         (rank, q["question"]) for (_, rank), q in zip(answers, asked, strict=True) if rank is None
     ]
 

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
+from vision_rag_pipeline.core.periods import without_periods
 from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
@@ -569,3 +570,16 @@ def test_unsure_ocr_never_outranks_the_page_text_unless_asked_not_to(pg_url: str
     assert [h.page for h in hits] == [3, 2]
     plain = RagConfig(retrieval=RetrievalConfig(low_confidence_ocr_last=False))
     assert search(question, k=2, document_ids=[document], config=plain)[0].page == 2
+
+
+def test_a_passage_is_not_the_answer_for_repeating_the_period_its_report_is_about() -> None:
+    question = "Who led the Q2 2024 safety audit at the Gdansk site?"
+    texts = {
+        "opening": "Talfield Solar Operations Review Q2 2024. This review covers the second quarter of 2024.",
+        "answer": "The safety audit at the Gdansk site was led by Marek Janssen.",
+        "other quarter": "The safety audit at the Gdansk site was led by Pieter Weber.",
+    }
+    titles = {"opening": "Review Q2 2024", "answer": "Review Q2 2024", "other quarter": "Review Q3 2024"}
+    scores = match_scores(without_periods(question), texts, titles, question)
+    assert scores["answer"] > scores["opening"]  # the report's period is judged by its title
+    assert scores["answer"] > scores["other quarter"]  # which names another quarter

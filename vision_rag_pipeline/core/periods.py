@@ -99,6 +99,14 @@ def periods(text: str) -> list[str]:
     return list(dict.fromkeys(period for _, period in sorted(found, key=lambda item: item[0])))
 
 
+def without_periods(text: str) -> str:
+    """`text` with every period it names blanked out ("Who led the Q1 2025 audit?" -> "Who led the
+    audit?")."""
+    for _, pattern in _PATTERNS:
+        text = pattern.sub(" ", text)
+    return " ".join(text.split())
+
+
 _MONTH_NAMES = {
     number: max((n for n, m in MONTHS.items() if m == number), key=len) for number in range(1, 13)
 }

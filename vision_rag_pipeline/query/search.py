@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, RetrievalConfig, load_config
-from vision_rag_pipeline.core.periods import containing, finest_period, period_fit, spelled
+from vision_rag_pipeline.core.periods import containing, finest_period, period_fit, spelled, without_periods
 from vision_rag_pipeline.core.text import query_terms, terms
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import (
@@ -257,10 +257,17 @@ def search_queries(
             for (_, weight), hits in zip(lexical_queries, page_hits, strict=False)
         ]
         fused = with_page_scores(fused, fuse(page_rankings, retrieval), found.chunks, chunks, retrieval)
-    if across_documents and pointers.periods and retrieval.other_period_factor < 1:
-        for cid in fused:
-            if cid in chunks and period_fit(pointers.periods, chunks[cid].landmarks.periods) < 0:
-                fused[cid] *= retrieval.other_period_factor
+    other_period = (
+        {
+            cid
+            for cid in fused
+            if cid in chunks and period_fit(pointers.periods, chunks[cid].landmarks.periods) < 0
+        }
+        if across_documents and pointers.periods
+        else set()
+    )
+    for cid in other_period:
+        fused[cid] *= retrieval.other_period_factor
     ranked = sorted(fused, key=lambda cid: -fused[cid])
     depth = max(k, retrieval.rerank_depth)
     # a lexical entry may outlive its Postgres row briefly
@@ -270,8 +277,13 @@ def search_queries(
         texts = {cid: chunks[cid].text for cid in head}
         titles = {cid: str(chunks[cid].metadata.get("title") or "") for cid in head}
         similarities: dict[str, float] = {}
+        question = queries[0][0]
+        # across documents a period the question names is the document's, judged by its landmarks
+        # (the period ranking, other_period_factor) and its title: a passage is not the answer for
+        # repeating "Q1 2025" (the report's opening line) where the answer's section does not
+        passage_question = without_periods(question) if across_documents and pointers.periods else question
         asked = (
-            content_query(queries[0][0], [f"{titles[cid]} {texts[cid]}" for cid in head])
+            content_query(passage_question, [f"{titles[cid]} {texts[cid]}" for cid in head])
             if retrieval.content_weight
             else ""
         )
@@ -281,8 +293,8 @@ def search_queries(
         # exact matches tell near-identical documents apart (a report series' titles and the words
         # only one quarter's excerpt has); within one document they outvote the content instead
         # (dev set page R@5 0.939 without them there, 0.914 with them)
-        matches = match_scores(queries[0][0], texts, titles) if across_documents else {}
-        head = rerank(head, fused, matches, similarities, retrieval)
+        matches = match_scores(passage_question, texts, titles, question) if across_documents else {}
+        head = rerank(head, fused, matches, similarities, retrieval, other_period)
     if head and retrieval.low_confidence_ocr_last:
         head = sorted(head, key=lambda cid: _unsure_ocr(chunks[cid]))  # stable: order kept otherwise
     best = head + best[len(head) :]
@@ -379,8 +391,11 @@ def content_query(query: str, candidate_texts: Sequence[str]) -> str:
     )
 
 
-def match_scores(query: str, texts: dict[str, str], titles: dict[str, str]) -> dict[str, float]:
-    """How exactly each candidate contains the query's words and numbers, 0..1 + TITLE_WEIGHT.
+def match_scores(
+    query: str, texts: dict[str, str], titles: dict[str, str], title_query: str | None = None
+) -> dict[str, float]:
+    """How exactly each candidate contains the query's words and numbers, 0..1 + TITLE_WEIGHT; the
+    title share counts the words of `title_query` (the query's by default).
 
     The weighted share of the query terms found in any candidate that this one contains (title and
     text alike), plus TITLE_WEIGHT x the weighted share of those found in any candidate's document
@@ -390,11 +405,10 @@ def match_scores(query: str, texts: dict[str, str], titles: dict[str, str]) -> d
     "2024") tell them apart less than the one word only the answer has. A term no candidate has counts
     for nothing, so a stray word ("Tell me ...") changes no order; a month is a month, not a quarter.
     """
-    wanted = query_terms(query)
     words = {cid: set(terms(f"{titles.get(cid, '')} {text}")) for cid, text in texts.items()}
     title_words = {cid: set(terms(titles.get(cid, ""))) for cid in texts}
 
-    def weights(fields: dict[str, set[str]]) -> dict[str, float]:
+    def weights(fields: dict[str, set[str]], wanted: list[str]) -> dict[str, float]:
         held = {term: sum(term in have for have in fields.values()) for term in wanted}
         return {term: math.log(1 + len(fields) / n) for term, n in held.items() if n}
 
@@ -402,7 +416,8 @@ def match_scores(query: str, texts: dict[str, str], titles: dict[str, str]) -> d
         total = sum(weight.values())
         return sum(w for term, w in weight.items() if term in found) / total if total else 0.0
 
-    in_texts, in_titles = weights(words), weights(title_words)
+    in_texts = weights(words, query_terms(query))
+    in_titles = weights(title_words, query_terms(title_query if title_query is not None else query))
     return {
         cid: share(words[cid], in_texts) + TITLE_WEIGHT * share(title_words[cid], in_titles) for cid in texts
     }
@@ -419,10 +434,13 @@ def rerank(
     matches: dict[str, float],
     similarities: dict[str, float],
     retrieval: RetrievalConfig,
+    other_period: set[str] | frozenset[str] = frozenset(),
 ) -> list[str]:
     """Order by (1 - content_weight) x fused + content_weight x content similarity + match_weight x
     exact matches, each min-max normalized over these chunks; a chunk without a similarity (its
-    row is gone) counts as the least similar. Ties keep the incoming order."""
+    row is gone) counts as the least similar. Chunks of a report of another period than the one
+    asked keep `other_period_factor` of that score too: the passage a series' other quarters
+    share word for word is as similar there. Ties keep the incoming order."""
     if not chunk_ids:
         return []
     fused_norm = _min_max({cid: fused[cid] for cid in chunk_ids})
@@ -435,6 +453,8 @@ def rerank(
         + retrieval.match_weight * match_norm[cid]
         for cid in chunk_ids
     }
+    for cid in other_period & combined.keys():
+        combined[cid] *= retrieval.other_period_factor
     return sorted(chunk_ids, key=lambda cid: -combined[cid])
 
 
