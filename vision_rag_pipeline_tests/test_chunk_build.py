@@ -124,6 +124,12 @@ def test_a_charts_rows_follow_its_lines_in_its_excerpts() -> None:
     chunks = build_chunks("doc", doc, images, enrichments, [], LoaderConfig(), SplitterConfig())
     excerpts = [c.text for c in chunks if "image_excerpt" in c.metadata]
     assert excerpts[-1].endswith("East West Central South · East: 86.8 · West: 74.6 · Central: 61.3")
+    (image_chunk,) = [c for c in chunks if c.kind == "image" and "image_excerpt" not in c.metadata]
+    assert image_chunk.metadata["chart_rows"] == [
+        "East: 86.8",
+        "West: 74.6",
+        "Central: 61.3",
+    ]  # data, not text
 
 
 _LINE = st.text(alphabet="abcdefghij ,.%0123456789", min_size=1, max_size=60).filter(lambda s: s.strip())

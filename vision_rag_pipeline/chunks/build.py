@@ -21,7 +21,7 @@ from vision_rag_pipeline.core.config import LoaderConfig, SplitterConfig
 from vision_rag_pipeline.core.text import text_language
 from vision_rag_pipeline.documents.model import BBox, Element, ImageInfo, LoadedDocument, Location
 from vision_rag_pipeline.enrichment.fusion import chart_data_rows, clean_ocr_text, indexable_reading
-from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict, MetaContent
+from vision_rag_pipeline.enrichment.model import EnrichmentResult, ImageVerdict
 from vision_rag_pipeline.images.model import ExtractedImage
 
 # An image's text is also indexed in small groups of lines, each under the document title and
@@ -181,6 +181,7 @@ def _image_chunks(
             continue
         seen.add(result.image_sha256)
         reading = indexable_reading(result.ocr, image)
+        rows = chart_data_rows(result.image_type, reading)
         metadata = _base_metadata(doc) | {
             "image_sha256": result.image_sha256,
             "image_name": image.name,
@@ -191,8 +192,8 @@ def _image_chunks(
             # the image's own text says its language; the Meta-Content headers are always English
             "language": text_language(reading.text or result.description),
             "keywords": result.keywords,
-            # the chart's "label: value" rows as its Meta-Content holds them, for callers that want data
-            "chart_rows": MetaContent.parse(result.meta_content).chart_rows,
+            # the chart's values paired with their labels ("label: value"), for callers that want data
+            "chart_rows": rows,
             "fusion": result.fusion,
             "alt": image.alt,
             "pages": [image.location.page] if image.location.page else [],
@@ -213,7 +214,6 @@ def _image_chunks(
         heading = " — ".join(dict.fromkeys(p for p in (doc.title, image.caption or image.alt, title) if p))
         # a chart's rows ("Lynx: 47.2") follow its lines, packed with them: a question about one bar
         # meets its value beside its label (one chunk per row crowded other images out of the top 5)
-        rows = chart_data_rows(result.image_type, reading)
         for part, lines in enumerate(_line_groups("\n".join([*text_lines[1:], *rows]), IMAGE_EXCERPT_CHARS)):
             chunks.append(
                 Chunk(

@@ -110,13 +110,6 @@ class MetaContent(BaseModel):
         keywords = fields.pop("keywords")
         return cls(**fields, keywords=keywords.split(", ") if keywords else [])
 
-    @property
-    def chart_rows(self) -> list[str]:
-        """The chart's "label: value" rows, as fusion wrote them under `CHART_DATA_HEADING`."""
-        text = self.render()
-        layout = MetaContent.layout(text)
-        return [text[a:b] for a, b in layout.chart_rows] if layout else []
-
     @staticmethod
     def layout(text: str) -> MetaContentLayout | None:
         """Where the body and the chart rows of a Meta-Content chunk's text are; None for other text."""
