@@ -1173,6 +1173,26 @@ def write_mhtml(doc: DocumentSpec, encoded: list[tuple[bytes, str]]) -> bytes:
     )
 
 
+def saved_page(
+    base: str, subject: str, boundary: str, page_html: str, images: list[tuple[str, bytes, str]]
+) -> bytes:
+    """A page and its images as Chrome's "Save as MHTML" writes them, without the Date and frame ID
+    headers `write_mhtml` adds."""
+    archive = Message()
+    archive["From"] = "<Saved by Blink>"
+    archive["Snapshot-Content-Location"] = base
+    archive["Subject"] = subject
+    archive["MIME-Version"] = "1.0"
+    archive["Content-Type"] = f'multipart/related;\r\n\ttype="text/html";\r\n\tboundary="{boundary}"'
+    page = Message()
+    page["Content-Type"] = "text/html"
+    page["Content-Transfer-Encoding"] = "quoted-printable"
+    page["Content-Location"] = base
+    page.set_payload(quopri.encodestring(page_html.encode("utf-8")).decode("ascii"))
+    archive.attach(page)
+    return with_image_parts(archive, images)
+
+
 def with_image_parts(archive: Message, images: list[tuple[str, bytes, str]]) -> bytes:
     """The archive (page already attached) with one base64 part per (url, bytes, mime), as Blink writes it."""
     for url, data, mime in images:

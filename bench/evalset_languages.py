@@ -20,16 +20,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import quopri
 import random
 import sys
 import zlib
 from dataclasses import dataclass, field
-from email.message import Message
 from pathlib import Path
 
 import numpy as np
-from evalset import with_image_parts  # bench/ is on the path: scripts run from it, tests add it
+from evalset import saved_page  # bench/ is on the path: scripts run from it, tests add it
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 FONTS = {
@@ -252,19 +250,8 @@ def write_mhtml(report: Report, slide: bytes, chart: bytes) -> bytes:
         "</body></html>"
     )
     boundary = "----MultipartBoundary--languages----"
-    archive = Message()
-    archive["From"] = "<Saved by Blink>"
-    archive["Snapshot-Content-Location"] = base
-    archive["Subject"] = text["title"].format(**fmt)
-    archive["MIME-Version"] = "1.0"
-    archive["Content-Type"] = f'multipart/related;\r\n\ttype="text/html";\r\n\tboundary="{boundary}"'
-    page = Message()
-    page["Content-Type"] = "text/html"
-    page["Content-Transfer-Encoding"] = "quoted-printable"
-    page["Content-Location"] = base
-    page.set_payload(quopri.encodestring(page_html.encode("utf-8")).decode("ascii"))
-    archive.attach(page)
-    return with_image_parts(archive, [(urls[0], slide, "image/png"), (urls[1], chart, "image/png")])
+    pictures = [(urls[0], slide, "image/png"), (urls[1], chart, "image/png")]
+    return saved_page(base, text["title"].format(**fmt), boundary, page_html, pictures)
 
 
 def questions_for(report: Report, mhtml: str, pdf: str) -> list[dict]:

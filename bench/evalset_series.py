@@ -22,14 +22,12 @@ import argparse
 import html
 import io
 import json
-import quopri
 import random
 import sys
 from dataclasses import dataclass
-from email.message import Message
 from pathlib import Path
 
-from evalset import PdfWriter, font, with_image_parts  # bench/ is on the path
+from evalset import PdfWriter, font, saved_page  # bench/ is on the path
 from PIL import Image, ImageDraw
 
 SYLLABLES = ("glim", "mer", "field", "cor", "van", "tal", "bri", "ston", "quel", "dar", "wyn", "ash", "oro")
@@ -267,22 +265,10 @@ def write_mhtml(report: Report) -> bytes:
         f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(report.title)}</title>'
         f"</head><body>{''.join(body)}</body></html>"
     )
-    archive = Message()
-    archive["From"] = "<Saved by Blink>"
-    archive["Snapshot-Content-Location"] = base
-    archive["Subject"] = report.title
-    archive["MIME-Version"] = "1.0"
     boundary = f"----MultipartBoundary--series{report.year}{report.quarter}----"
-    archive["Content-Type"] = f'multipart/related;\r\n\ttype="text/html";\r\n\tboundary="{boundary}"'
-    page = Message()
-    page["Content-Type"] = "text/html"
-    page["Content-Transfer-Encoding"] = "quoted-printable"
-    page["Content-Location"] = base
-    page.set_payload(quopri.encodestring(page_html.encode("utf-8")).decode("ascii"))
-    archive.attach(page)
     pictures = [(urls["scorecard"], _png(scorecard(report)), "image/png")]
     pictures.append((urls["energy"], _png(energy_chart(report)), "image/png"))
-    return with_image_parts(archive, pictures)
+    return saved_page(base, report.title, boundary, page_html, pictures)
 
 
 def period_phrase(report: Report, style: int) -> str:
