@@ -167,7 +167,9 @@ class ServiceHost:
         ensure_prefix_permissions(self.socket_dir)
         self.socket_dir.chmod(0o777)
         env = dict(os.environ)
-        owner = ["runuser", "-u", server.system_user, "--"] if server.system_user else []
+        # runuser lives in /usr/sbin, which a PATH set by hand (env -i, a CI runner) may leave out
+        runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
+        owner = [runuser, "-u", server.system_user, "--"] if server.system_user else []
         host.start(
             [*owner, str(server.bin_path / "postgres"), "-D", str(pgdata), "-h", host.address,
              "-p", str(self.PG_PORT), "-k", str(self.socket_dir), "-c", "fsync=off",
