@@ -562,7 +562,14 @@ def _surest_number(
     first, those marks written the locale's way (`_localized`). Other digits: only one much
     surer that keeps the first reading's marks as they were.
     """
-    restored = [(text, conf) for text, conf in rereadings if _adds_marks_only(old.text, text)]
+    # a point read after the number ("618." for 61.8) that a much surer re-reading puts between its digits
+    dangling = old.text[:-1] if old.text[-1:] in ".," else None
+    restored = [
+        (text, conf)
+        for text, conf in rereadings
+        if _adds_marks_only(old.text, text)
+        or (dangling and conf > old.conf + 10 and _adds_marks_only(dangling, text))
+    ]
     if restored:
         text, conf = max(restored, key=lambda reading: (len(_marks(reading[0])), reading[1]))
         return _localized(old.text, text, decimal), conf
