@@ -204,7 +204,9 @@ def test_a_point_read_after_a_number_goes_where_a_much_surer_rereading_puts_it()
     misplaced = ocr._Word("618.", 70.3, 0, 0, 60, 20)
     assert ocr._surest_number(misplaced, [("618", 74.8), ("61.8", 95.6)]) == ("61.8", 95.6)
     assert ocr._surest_number(misplaced, [("61.8", 75.0)]) is None, "not sure enough to move a mark"
-    assert ocr._surest_number(ocr._Word("2018.", 91.0, 0, 0, 60, 20), [("2018.", 96.0), ("2018", 95.0)]) is None
+    assert (
+        ocr._surest_number(ocr._Word("2018.", 91.0, 0, 0, 60, 20), [("2018.", 96.0), ("2018", 95.0)]) is None
+    )
 
 
 def test_a_restored_decimal_mark_is_written_the_way_the_page_language_writes_it() -> None:
