@@ -324,6 +324,21 @@ def test_a_doubted_number_is_kept_only_when_a_sure_rereading_confirms_or_correct
     assert words == ([kept, "copied"] if kept else ["copied"])
 
 
+@pytest.mark.parametrize(
+    ("on_the_page", "first_reading", "kept"),
+    [("41.7", "AL7", "41.7"), ("A17", "A17", "A17"), ("H-558", "H-558", "H-558")],
+)
+def test_an_unsure_word_of_letters_and_digits_becomes_a_number_only_when_a_rereading_is_sure_of_it(
+    on_the_page: str, first_reading: str, kept: str
+) -> None:
+    """A bar label read "AL7" is 41.7 when the enlarged re-reading is certain; codes stay codes."""
+    page, box = _number_page(on_the_page)
+    word = ocr._Word(first_reading, 59.0, box.left, box.top, box.width, box.height)
+    passes = [ocr._Pass("rows", 0, [ocr._Line([word], 0)])]
+    ocr._reread_numbers(page, passes, ["eng"])
+    assert passes[0].lines[0].words[0].text == kept
+
+
 def _line_chart(values: list[float], months: list[str]) -> Image.Image:
     """A monthly line chart with each value printed just above its marker, as dashboards draw them."""
     img = Image.new("RGB", (900, 520), "white")
