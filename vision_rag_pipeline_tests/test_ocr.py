@@ -198,6 +198,17 @@ def test_a_blurred_point_read_as_a_colon_is_a_point_when_nothing_sits_above_it()
     assert ocr._with_lost_separator(point, word, decimal=",") == "70,9", "a German page writes it its way"
 
 
+def test_a_point_read_after_a_number_goes_where_a_much_surer_rereading_puts_it() -> None:
+    """A label over a bar read "618." (the point fused with the bar's fringe) is 61.8 when the
+    enlarged re-reading is sure of it; a sentence's full stop after a year stays where it is."""
+    misplaced = ocr._Word("618.", 70.3, 0, 0, 60, 20)
+    assert ocr._surest_number(misplaced, [("618", 74.8), ("61.8", 95.6)]) == ("61.8", 95.6)
+    assert ocr._surest_number(misplaced, [("61.8", 75.0)]) is None, "not sure enough to move a mark"
+    assert (
+        ocr._surest_number(ocr._Word("2018.", 91.0, 0, 0, 60, 20), [("2018.", 96.0), ("2018", 95.0)]) is None
+    )
+
+
 def test_a_restored_decimal_mark_is_written_the_way_the_page_language_writes_it() -> None:
     lost = ocr._Word("746", 90.0, 0, 0, 60, 20)
     assert ocr._surest_number(lost, [("74,6", 80.0)], decimal=".") == ("74.6", 80.0)
@@ -311,6 +322,21 @@ def test_a_doubted_number_is_kept_only_when_a_sure_rereading_confirms_or_correct
     ocr._reread_numbers(page, passes, ["eng"])
     words = [w.text for w in ocr._without_doubtful_words(passes)[0].lines[0].words]
     assert words == ([kept, "copied"] if kept else ["copied"])
+
+
+@pytest.mark.parametrize(
+    ("on_the_page", "first_reading", "kept"),
+    [("41.7", "AL7", "41.7"), ("A17", "A17", "A17"), ("H-558", "H-558", "H-558")],
+)
+def test_an_unsure_word_of_letters_and_digits_becomes_a_number_only_when_a_rereading_is_sure_of_it(
+    on_the_page: str, first_reading: str, kept: str
+) -> None:
+    """A bar label read "AL7" is 41.7 when the enlarged re-reading is certain; codes stay codes."""
+    page, box = _number_page(on_the_page)
+    word = ocr._Word(first_reading, 59.0, box.left, box.top, box.width, box.height)
+    passes = [ocr._Pass("rows", 0, [ocr._Line([word], 0)])]
+    ocr._reread_numbers(page, passes, ["eng"])
+    assert passes[0].lines[0].words[0].text == kept
 
 
 def _line_chart(values: list[float], months: list[str]) -> Image.Image:

@@ -562,7 +562,14 @@ def _surest_number(
     first, those marks written the locale's way (`_localized`). Other digits: only one much
     surer that keeps the first reading's marks as they were.
     """
-    restored = [(text, conf) for text, conf in rereadings if _adds_marks_only(old.text, text)]
+    # a point read after the number ("618." for 61.8) that a much surer re-reading puts between its digits
+    dangling = old.text[:-1] if old.text[-1:] in ".," else None
+    restored = [
+        (text, conf)
+        for text, conf in rereadings
+        if _adds_marks_only(old.text, text)
+        or (dangling and conf > old.conf + 10 and _adds_marks_only(dangling, text))
+    ]
     if restored:
         text, conf = max(restored, key=lambda reading: (len(_marks(reading[0])), reading[1]))
         return _localized(old.text, text, decimal), conf
@@ -709,6 +716,24 @@ def _read_leftover_labels(page: Image.Image, passes: list[_Pass], languages: lis
     return _Pass("labels", 0, lines) if lines else None
 
 
+def _reads_as_number(word: _Word) -> bool:
+    """Two digits at least and no letter but a unit or multiplier: "74.6", "$1.2M", "12%"."""
+    return len(_digits(word.text)) >= 2 and not any(c.isalpha() for c in word.text.strip("xXMK%$"))
+
+
+def _may_be_misread_number(word: _Word) -> bool:
+    """A short unsure word of digits and letters ("AL7", "4l.5"): a number some of whose digits were
+    read as look-alike letters, or a code; only a sure re-reading can tell which."""
+    text = word.text
+    return (
+        word.conf < HIGH_CONFIDENCE
+        and len(text) <= 8
+        and any(c.isdigit() for c in text)
+        and any(c.isalpha() for c in text)
+        and not _reads_as_number(word)
+    )
+
+
 def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]) -> None:
     """Read every number again, enlarged, each on its own line of a sheet, twice.
 
@@ -717,7 +742,8 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
     enlarged so digits are 40 px tall, is read reliably: once as it is, once with grey smudges
     (a bar's fringe) cleared, since either can hide a faint point. A re-reading replaces the first
     reading only by `_surest_number`'s rules; a mark they put back is written the way the page's
-    language writes it.
+    language writes it. An unsure short word of letters and digits is re-read too, and becomes a
+    number only when a re-reading is certain of one (`_may_be_misread_number`).
     """
     decimal = decimal_mark(languages)
     seen: dict[tuple[int, int, int, int], list[tuple[_Line, int]]] = {}
@@ -726,26 +752,35 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
             continue
         for line in reading.lines:
             for index, word in enumerate(line.words):
-                if len(_digits(word.text)) >= 2 and not any(c.isalpha() for c in word.text.strip("xXMK%$")):
+                if _reads_as_number(word) or _may_be_misread_number(word):
                     seen.setdefault((word.left, word.top, word.width, word.height), []).append((line, index))
-    boxes = list(seen)[:REREAD_MAX_WORDS]
-    if not boxes:
-        return
-    crops = [
-        _enlarged_crop(page, (left, top, left + width, top + height)) for left, top, width, height in boxes
-    ]
-    as_is = _read_sheet(crops, languages)
-    cleared = _read_sheet([c.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255) for c in crops], languages)
-    for slot, box in enumerate(boxes):
-        rereadings = [reading[slot] for reading in (as_is, cleared) if slot in reading]
+    numbers = {box: None for box in seen if any(_reads_as_number(line.words[i]) for line, i in seen[box])}
+    others = [box for box in seen if box not in numbers]
+    # the unsure words get sheets of their own: a sheet is one read, and a line added to it changes
+    # how Tesseract reads the numbers beside it
+    rereadings = _reread(page, list(numbers)[:REREAD_MAX_WORDS], languages) | _reread(
+        page, others[:REREAD_MAX_WORDS], languages
+    )
+    for box, box_rereadings in rereadings.items():
         for line, index in seen[box]:
             old = line.words[index]
+            if _may_be_misread_number(old):
+                # letters read into an unsure number ("AL7" for 41.7): only a certain number replaces it
+                certain = [
+                    (text, conf)
+                    for text, conf in box_rereadings
+                    if conf >= HIGH_CONFIDENCE and _NUMBER.match(text)
+                ]
+                if certain:
+                    text, conf = max(certain, key=lambda reading: reading[1])
+                    line.words[index] = replace(old, text=_localized(old.text, text, decimal), conf=conf)
+                continue
             if old.conf < WORD_MIN_CONFIDENCE:
                 # doubted: kept only if a sure re-reading has its digits, or replaced by a number
                 # the re-reading is certain of (a blurred "525.5" first read as "25:5" at 0)
                 agreeing = [
                     (text, conf)
-                    for text, conf in rereadings
+                    for text, conf in box_rereadings
                     if (_digits(text) == _digits(old.text) and conf >= EXTRA_LINE_MIN_CONFIDENCE)
                     or (conf >= HIGH_CONFIDENCE and _NUMBER.match(text))
                 ]
@@ -753,11 +788,28 @@ def _reread_numbers(page: Image.Image, passes: list[_Pass], languages: list[str]
                     text, conf = max(agreeing, key=lambda reading: reading[1])
                     line.words[index] = replace(old, text=text, conf=conf)
                 continue
-            surest = _surest_number(old, rereadings, decimal)
+            surest = _surest_number(old, box_rereadings, decimal)
             if surest is None and (shaped := _with_lost_separator(page, old, decimal)):
                 surest = (shaped, old.conf)  # the shape is the last resort: Tesseract's readings come first
             if surest:
                 line.words[index] = replace(old, text=surest[0], conf=max(surest[1], old.conf))
+
+
+def _reread(
+    page: Image.Image, boxes: list[tuple[int, int, int, int]], languages: list[str]
+) -> dict[tuple[int, int, int, int], list[tuple[str, float]]]:
+    """Each word box's readings, enlarged on one sheet: as it is, and with grey smudges cleared."""
+    if not boxes:
+        return {}
+    crops = [
+        _enlarged_crop(page, (left, top, left + width, top + height)) for left, top, width, height in boxes
+    ]
+    as_is = _read_sheet(crops, languages)
+    cleared = _read_sheet([c.point(lambda v: 0 if v < REREAD_INK_LEVEL else 255) for c in crops], languages)
+    return {
+        box: [reading[slot] for reading in (as_is, cleared) if slot in reading]
+        for slot, box in enumerate(boxes)
+    }
 
 
 def _without_doubtful_words(passes: list[_Pass]) -> list[_Pass]:
