@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-e47278f3dd966eaf3b911b6870159582b9a2324a94d4a70a839184c50866ae5d"
+PINNED_KEY = "intranet-2024-07-22-f939b2bbb6798f6b09f9153ae07bfdeb348c4aea1ffdf4e6cf95d0ef958058a8"
 
 
 def _config(**changes: Any) -> RagConfig:

@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 13
+OCR_REVISION = 14
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
