@@ -15,7 +15,8 @@ status transitions STARTING -> STARTED -> SUCCESS/FAILURE, same events, logs and
 - A worker that dies (kill -9, out of memory) has its run marked failed and its pool slots freed at
   once; a new worker replaces it. Each run carries the identity of the process that holds it
   (defs/run_owner.py: first the launcher's, then its worker's), so run monitoring
-  (`check_run_worker_health`), `vision-rag` and a restarted daemon find runs whose process is gone.
+  (`check_run_worker_health`), `vision-rag` and a restarted daemon's pool fail runs whose process is
+  gone.
 - Workers die with the launching process (Linux parent-death signal) and leave after `idle_seconds`
   without a run (their ~0.7 GB each is given back; the next run spawns them again).
 - A worker whose definitions are stale (the config file now gives other code versions, or a source
@@ -61,7 +62,7 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, Worke
 from dagster._core.storage.tags import GRPC_INFO_TAG  # runs handed to DefaultRunLauncher carry it
 from dagster._serdes import ConfigurableClassData
 
-from vision_rag_pipeline.defs.run_owner import PID_TAG, owner_alive, owner_tags
+from vision_rag_pipeline.defs.run_owner import PID_TAG, owner_alive, owner_tags, reclaim_orphaned_runs
 
 WARM_MODULES = frozenset({"vision_rag_pipeline.definitions"})  # the code location the workers preload
 DEFAULT_IDLE_SECONDS = 600
@@ -209,6 +210,10 @@ class WarmPool:
         self._thread.join(STOP_SECONDS + 5)
 
     def _supervise(self) -> None:
+        # runs a killed daemon left behind (waiting here, or in its dead workers) are failed, their
+        # pool slots freed, before this pool's runs need those slots
+        with contextlib.suppress(Exception):
+            reclaim_orphaned_runs(self._instance)
         while not self._closed:
             try:
                 self._step()
