@@ -88,20 +88,24 @@ def path_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and its descendants, those still running and those it reaped."""
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process and its descendants, those still running and those it reaped; and
+    of those, the warm run workers' (the daemon's children started by multiprocessing's spawn)."""
     import psutil
 
-    total = 0.0
+    total = workers = 0.0
     try:
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 t = process.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
+                cpu = t.user + t.system + t.children_user + t.children_system
+                total += cpu
+                if process.ppid() == pid and "spawn_main" in " ".join(process.cmdline()):
+                    workers += cpu
     except psutil.NoSuchProcess:
         pass
-    return total
+    return total, workers
 
 
 def cli_ingest(files: list[Path], env: dict[str, str]) -> tuple[float, float]:
@@ -189,12 +193,15 @@ class Daemon:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 sys.exit(f"daemon runs not finished ({len(records)} of {len(files)} created); see {self.log}")
             time.sleep(0.5)
-        cpu = tree_cpu(self.process.pid) - cpu_before  # daemon, code server and the runs it reaped
+        cpu_after = tree_cpu(self.process.pid)
+        # daemon, code server, warm workers and the run processes the code server reaped
+        cpu, worker_cpu = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
         created = min(r.create_timestamp.timestamp() for r in records)
         started = [r.start_time for r in records if r.start_time]
         return {
             "seconds": max(r.end_time for r in records) - created,  # type: ignore[type-var]
             "cpu_seconds": cpu,
+            "warm_worker_cpu_seconds": worker_cpu,  # a worker replaced meanwhile takes its CPU with it
             "sensor_latency": created - dropped,
             "first_run_queued_to_started": min(started) - created if started else float("nan"),
             "median_run_start_to_end": statistics.median(r.end_time - r.start_time for r in records),  # type: ignore[operator]
@@ -293,8 +300,10 @@ def main() -> None:
                     "cli_cpu_seconds",
                     "cpu_seconds",
                     "cpu_ratio",
+                    "warm_worker_cpu_seconds",
                     "sensor_latency",
                     "first_run_queued_to_started",
+                    "median_run_start_to_end",
                 )
             }
             for count, rows in results.items()
