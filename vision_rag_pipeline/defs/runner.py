@@ -51,8 +51,8 @@ telemetry:
 nux:
   enabled: false
 # The daemon launches queued runs (inbox, version sensor, backfills, UI) every second, from threads:
-# launching waits for the run's process to start, and one at a time left the queue draining slower
-# than the runs finished.
+# a run launched through a code server (not to the warm workers below) waits for its process to
+# start, and one at a time left the queue draining slower than the runs finished.
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
