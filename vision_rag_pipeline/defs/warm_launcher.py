@@ -41,6 +41,7 @@ them, terminates one and kills a real worker.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import multiprocessing
 import os
@@ -129,10 +130,12 @@ class WarmRunLauncher(dg.DefaultRunLauncher):
             return False
         if GRPC_INFO_TAG in run.tags:
             return super().terminate(run_id)
-        if run.status == dg.DagsterRunStatus.STARTED and owner_alive(run.tags):
-            self._instance.report_run_canceling(run)  # its worker interrupts it within a second
-        else:  # waiting for a worker, or its process is gone: nothing runs it
+        if run.status != dg.DagsterRunStatus.STARTED:  # waiting for a worker: nothing runs it yet
             self._instance.report_run_canceled(run, "Run canceled before a warm worker executed it.")
+        elif owner_alive(run.tags):
+            self._instance.report_run_canceling(run)  # its worker interrupts it within a second
+        else:
+            self._instance.report_run_canceled(run, "Run canceled; the process executing it is gone.")
         return True
 
     @property
@@ -349,7 +352,8 @@ def worker_main(conn: Connection, instance_ref: Any, parent: int, threads: int) 
     quiet_library_noise()
     sources = source_mtimes()
     with contextlib.suppress(Exception):  # a definitions error is reported by the run that meets it
-        import vision_rag_pipeline.definitions  # noqa: F401  (imported for its load time)
+        for module in WARM_MODULES:  # by name, as Dagster loads the code location the runs point at
+            importlib.import_module(module)
     threading.Thread(target=load_embedding_model, name="load-embedding-model", daemon=True).start()
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
         while True:
