@@ -1,7 +1,8 @@
 """A daemon-launched ingest against the CLI's, on the same new files: one file, and many dropped at once.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_daemon.py [--files 1 20] [--rounds 3] \
-        [--executor default|multiprocess|forkserver|in_process] [--work /tmp/bench_daemon]
+        [--executor default|multiprocess|forkserver|in_process] [--launcher warm|default] \
+        [--work /tmp/bench_daemon]
 
 Starts one embedded Postgres with a database per path, and a real `dagster-daemon` (its own code
 server and run workers) watching an inbox, on the project's local instance as `vision-rag` writes
@@ -12,7 +13,9 @@ the daemon's runs from the first run's creation to the last run's end: what the 
 without the sensor's latency (reported apart: drop to first run created).
 
 `--executor default` is the project's code location as users run it; the others load
-bench/daemon_executors.py, the same definitions under another Dagster executor. A round's ratio is
+bench/daemon_executors.py, the same definitions under another Dagster executor (its runs, of another
+code location, are not given to the warm workers). `--launcher default` replaces the project's warm
+run launcher by Dagster's process per run. A round's ratio is
 daemon / CLI on the same files; the medians of the rounds are printed as JSON at the end.
 """
 
@@ -85,20 +88,24 @@ def path_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and its descendants, those still running and those it reaped."""
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process and its descendants, those still running and those it reaped; and
+    of those, the warm run workers' (the daemon's children started by multiprocessing's spawn)."""
     import psutil
 
-    total = 0.0
+    total = workers = 0.0
     try:
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 t = process.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
+                cpu = t.user + t.system + t.children_user + t.children_system
+                total += cpu
+                if process.ppid() == pid and "spawn_main" in " ".join(process.cmdline()):
+                    workers += cpu
     except psutil.NoSuchProcess:
         pass
-    return total
+    return total, workers
 
 
 def cli_ingest(files: list[Path], env: dict[str, str]) -> tuple[float, float]:
@@ -136,6 +143,9 @@ class Daemon:
         if executor != "default":
             env = env | {"BENCH_EXECUTOR": executor}
         self.log = log
+        # the storages are created here, before the daemon opens them: two processes migrating a new
+        # SQLite home at once break it ("table alembic_version already exists")
+        self.instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 [str(Path(sys.executable).parent / "dagster-daemon"), "run", *target],
@@ -146,7 +156,6 @@ class Daemon:
                 start_new_session=True,
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
-        self.instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
 
     def stop(self) -> None:
         try:
@@ -184,12 +193,15 @@ class Daemon:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 sys.exit(f"daemon runs not finished ({len(records)} of {len(files)} created); see {self.log}")
             time.sleep(0.5)
-        cpu = tree_cpu(self.process.pid) - cpu_before  # daemon, code server and the runs it reaped
+        cpu_after = tree_cpu(self.process.pid)
+        # daemon, code server, warm workers and the run processes the code server reaped
+        cpu, worker_cpu = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
         created = min(r.create_timestamp.timestamp() for r in records)
         started = [r.start_time for r in records if r.start_time]
         return {
             "seconds": max(r.end_time for r in records) - created,  # type: ignore[type-var]
             "cpu_seconds": cpu,
+            "warm_worker_cpu_seconds": worker_cpu,  # a worker replaced meanwhile takes its CPU with it
             "sensor_latency": created - dropped,
             "first_run_queued_to_started": min(started) - created if started else float("nan"),
             "median_run_start_to_end": statistics.median(r.end_time - r.start_time for r in records),  # type: ignore[operator]
@@ -207,6 +219,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="file contents (default: new each call)")
     parser.add_argument(
         "--max-runs", type=int, help="concurrency.runs.max_concurrent_runs (default: as written)"
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=["warm", "default"],
+        default="warm",
+        help="the instance's run launcher: as written (warm workers), or Dagster's process per run",
     )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # the daemon and Postgres are stopped
@@ -230,10 +248,12 @@ def main() -> None:
     )
     instance_yaml = Path(daemon_env["DAGSTER_HOME"]) / "dagster.yaml"
     write_local_instance_config(instance_yaml.parent)  # what `vision-rag` writes
+    config = yaml.safe_load(instance_yaml.read_text())
     if args.max_runs:
-        config = yaml.safe_load(instance_yaml.read_text())
         config["concurrency"]["runs"]["max_concurrent_runs"] = args.max_runs
-        instance_yaml.write_text(yaml.safe_dump(config))
+    if args.launcher == "default":
+        del config["run_launcher"]
+    instance_yaml.write_text(yaml.safe_dump(config))
     daemon = Daemon(args.executor, daemon_env, args.work / "daemon.log")
     results: dict[int, list[dict[str, float]]] = {}
     try:
@@ -268,6 +288,7 @@ def main() -> None:
         stop_embedded(args.work / "pgdata")
     summary = {
         "executor": args.executor,
+        "launcher": args.launcher,
         "max_runs": args.max_runs,
         **{
             f"{count}_files": {
@@ -279,8 +300,10 @@ def main() -> None:
                     "cli_cpu_seconds",
                     "cpu_seconds",
                     "cpu_ratio",
+                    "warm_worker_cpu_seconds",
                     "sensor_latency",
                     "first_run_queued_to_started",
+                    "median_run_start_to_end",
                 )
             }
             for count, rows in results.items()

@@ -61,6 +61,7 @@ class Deployment(NamedTuple):
     config: Path
     env: dict[str, str]
     log: Path
+    daemon_pid: int
 
 
 def wait_for(what: str, check: Callable[[], T | None], deployment: Deployment, timeout: float) -> T:
@@ -139,6 +140,9 @@ def deployment(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         # Fires once, at a minute about two and a half minutes from now (UTC, the schedule's timezone).
         "VISION_RAG_REINDEX_CRON": f"{reindex_at.minute} {reindex_at.hour} * * *",
     }
+    # Opened before the daemon starts: two processes creating a new home's SQLite storages at once
+    # break it ("table alembic_version already exists").
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home)))
     log = root / "daemon.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -159,11 +163,11 @@ def deployment(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         with (
             pytest.MonkeyPatch.context() as patch,
-            dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(dagster_home))) as instance,
+            instance,
         ):
             for name in ("VISION_RAG_HOME", "VISION_RAG_PG_URL", "VISION_RAG_INBOX", "VISION_RAG_CONFIG"):
                 patch.setenv(name, env[name])  # this process searches the deployment's indexes
-            yield Deployment(instance, inbox, config, env, log)
+            yield Deployment(instance, inbox, config, env, log, process.pid)
     finally:
         _kill_tree(process)
 
@@ -236,6 +240,23 @@ def test_a_deleted_file_leaves_the_partitions_and_both_indexes(deployment: Deplo
 def test_the_nightly_reindex_is_launched_by_the_scheduler(deployment: Deployment):
     run = finished_run(deployment, "the scheduled reindex", **{"dagster/schedule_name": "daily_reindex"})
     assert run.job_name == "reindex"
+
+
+def test_the_runs_executed_in_warm_workers_of_the_daemon(deployment: Deployment, document_id: str):
+    """One worker ran the ingest; the setting change made its definitions stale, so a fresh one ran
+    the re-enrichment and then, warm, the removal and the reindex (defs/warm_launcher.py)."""
+    from vision_rag_pipeline.defs.run_owner import PID_TAG
+
+    def worker(**tags: str) -> int:
+        (run,) = runs(deployment, **tags)
+        return int(run.tags[PID_TAG])
+
+    ingest = worker(**{"dagster/sensor_name": "inbox_sensor", "dagster/partition": document_id})
+    reenrich = worker(**{"dagster/sensor_name": "version_sensor"})
+    removal = worker(**{"vision_rag/document_id": document_id})
+    reindex = worker(**{"dagster/schedule_name": "daily_reindex"})
+    assert ingest != reenrich == removal == reindex
+    assert psutil.Process(reindex).ppid() == deployment.daemon_pid
 
 
 def test_no_sensor_or_schedule_tick_failed(deployment: Deployment):

@@ -6,6 +6,8 @@ sees one die. A run killed with `kill -9` or by the OOM killer stays `STARTED` a
 `vision_model` pool slots; every later run waits on that pool forever. Each run therefore
 carries its process's identity in its tags (host, pid, process start time: pids are reused),
 and every ingest or backfill first fails the runs whose process is gone and frees their slots.
+The daemon's warm run workers (defs/warm_launcher.py) tag their runs the same way: a run waiting for a
+worker names the launching process, a running one its worker.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def reclaim_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
     """Fail the unfinished runs of this host whose process is gone, and free the pool slots held by
     those and by any ended run whose process is gone (or unknown: launched before these tags).
 
-    Runs without our tags (launched by the UI or the daemon) are left to Dagster's run monitoring.
+    Runs without our tags (launched through a code server) are left to Dagster.
     Returns the ids of the runs marked failed.
     """
     failed = []

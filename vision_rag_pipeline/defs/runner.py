@@ -51,8 +51,8 @@ telemetry:
 nux:
   enabled: false
 # The daemon launches queued runs (inbox, version sensor, backfills, UI) every second, from threads:
-# launching waits for the run's process to start, and one at a time left the queue draining slower
-# than the runs finished.
+# a run launched through a code server (not to the warm workers below) waits for its process to
+# start, and one at a time left the queue draining slower than the runs finished.
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
@@ -60,9 +60,14 @@ run_coordinator:
     dequeue_interval_seconds: 1
     dequeue_use_threads: true
     dequeue_num_workers: 4
+# Runs of this project execute in a pool of warm worker processes of the daemon (one per core, each
+# ~0.7 GB, kept until 10 minutes idle) rather than a new process per run (defs/warm_launcher.py).
+run_launcher:
+  module: vision_rag_pipeline.defs.warm_launcher
+  class: WarmRunLauncher
 concurrency:
   runs:
-    max_concurrent_runs: 4  # each run is one process (~0.7 GB) that works a document's steps in turn
+    max_concurrent_runs: 4  # beyond the workers, launched runs wait in the launcher (STARTING)
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
 # Dagster's SQLite layout, with engines kept between calls
@@ -443,7 +448,7 @@ def _init_worker(threads: int, parent: int) -> None:
     """Tie the worker to its parent, give it its share of the cores (so OCR and torch threads do not
     oversubscribe) and load what every run needs (Dagster definitions, the embedding model: ~9 s)
     before the first one."""
-    _die_with_parent(parent)
+    die_with_parent(parent)
     # Ctrl-C reaches the whole process group: a worker between documents ignores it, and during one
     # Dagster's own handler interrupts the run (so it fails cleanly, freeing its pool slots).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -454,7 +459,7 @@ def _init_worker(threads: int, parent: int) -> None:
     load_embedding_model()
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """A worker must not outlive the CLI: killed with it (kill -9 included), it would keep running
     documents nobody waits for, ~700 MB each. Linux sends the signal when the parent exits; a parent
     gone already (before the call) is checked after it."""
