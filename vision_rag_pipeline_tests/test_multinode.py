@@ -27,6 +27,7 @@ from vision_rag_pipeline.documents.registry import document_id_for
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline_tests.es_server import EmulatorUnavailable, noida_elasticsearch
 from vision_rag_pipeline_tests.test_deploy_config import PRODUCTION_YAML, ROOT, production_instance_env
+from vision_rag_pipeline_tests.test_repo_root import stop_embedded_postgres
 
 BIN = Path(sys.executable).parent
 
@@ -285,5 +286,6 @@ def test_ingest_submit_refuses_an_instance_without_a_run_queue(tmp_path: Path) -
         text=True,
         timeout=300,
     )
+    stop_embedded_postgres(env | {"PYTHONPATH": str(ROOT)})
     assert done.returncode == 2
     assert "--submit needs a Dagster instance with a run queue" in done.stderr
