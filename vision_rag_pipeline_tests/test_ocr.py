@@ -371,3 +371,44 @@ def test_a_big_page_on_its_side_or_upside_down_is_still_turned_and_read(angle: i
     page = _text_image().resize((1600, 1200), Image.Resampling.BICUBIC).rotate(angle, expand=True)
     assert page.width * page.height > ocr.SPECULATIVE_READ_MAX_PIXELS
     assert {"quarterly", "revenue", "headcount"} <= _words(ocr_image(page, ["eng"]).text)
+
+
+def _prepared_in_colour(img: Image.Image) -> tuple[bytes, bool]:
+    """`prepare_page`'s steps with the image kept in RGB throughout, as they ran before greyscale images
+    were prepared in one channel."""
+    from vision_rag_pipeline.enrichment.preprocess import deskew, scale_for_ocr, sharpen_soft
+
+    upright, _ = deskew(img)
+    scaled, height = scale_for_ocr(upright, keep_colour=True)
+    scaled, height, _ = sharpen_soft(scaled, height, enlarged=scaled.width / upright.width)
+    assert scaled.mode == "RGB"
+    ink, removed = ocr.remove_ruling_lines(ocr.ink_map(scaled, height), height)
+    return ocr._as_page(ink).tobytes(), bool(removed)
+
+
+@pytest.mark.parametrize(
+    ("angle", "blur", "font_size"),
+    [(0.0, 0.0, 24), (2.5, 0.0, 24), (0.0, 1.6, 24), (-3.0, 1.2, 11), (0.0, 0.0, 9)],
+)
+def test_a_page_without_colour_is_prepared_in_one_channel_into_the_same_page(
+    angle: float, blur: float, font_size: int
+) -> None:
+    """A scan decoded as RGB is prepared as greyscale (a third of the work): the page Tesseract reads
+    must be the very page the RGB steps make, crooked, blurred or in small type (all steps run)."""
+    page = Image.new("L", (640, 420), 250)
+    draw = ImageDraw.Draw(page)
+    draw.rectangle((20, 300, 600, 302), fill=30)  # a rule to remove
+    for row in range(5):
+        draw.text(
+            (30, 30 + row * 50),
+            f"Net revenue {row}: 4,21{row}.5",
+            fill=20,
+            font=ImageFont.load_default(size=font_size),
+        )
+    if angle:
+        page = page.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=250)
+    if blur:
+        page = page.filter(ImageFilter.GaussianBlur(blur))
+    rgb = page.convert("RGB")
+    prepared = ocr.prepare_page(rgb)
+    assert (prepared.page.tobytes(), prepared.ruled) == _prepared_in_colour(rgb)

@@ -41,6 +41,7 @@ from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
     deskew,
     for_ocr,
+    is_grey,
     long_runs,
     scale_for_ocr,
     sharpen_soft,
@@ -365,13 +366,17 @@ def ink_map(rgb: Image.Image, text_height: float | None) -> np.ndarray:
 
     The background is a median over a window wider than any stroke, so it follows coloured bars
     and dark panels but not letters: white labels inside a dark bar and dark text on a white page
-    both become ink, and red-on-green text does not vanish in a grey conversion.
+    both become ink, and red-on-green text does not vanish in a grey conversion. `rgb` may be
+    greyscale (`prepare_page`'s images without colour).
     """
     window = max(24.0, 1.5 * (text_height or 16.0))
     factor = max(2, round(window / 7))
     small = rgb.resize((max(1, rgb.width // factor), max(1, rgb.height // factor)), Image.Resampling.BOX)
     background = small.filter(ImageFilter.MedianFilter(7)).resize(rgb.size, Image.Resampling.BILINEAR)
-    red, green, blue = ImageChops.difference(rgb, background).split()
+    difference = ImageChops.difference(rgb, background)
+    if difference.mode == "L":  # a greyscale image: its one channel is the most telling
+        return np.asarray(difference)
+    red, green, blue = difference.split()
     return np.asarray(ImageChops.lighter(ImageChops.lighter(red, green), blue))
 
 
@@ -831,11 +836,24 @@ class PreparedPage:
 
 def prepare_page(img: Image.Image) -> PreparedPage:
     """The image levelled (`deskew`), scaled for OCR, sharpened when blurred, as a polarity-free ink
-    page without ruling lines."""
-    upright, _ = deskew(img)
-    rgb, text_height = scale_for_ocr(upright, keep_colour=True)
-    rgb, text_height, _ = sharpen_soft(rgb, text_height, enlarged=rgb.width / upright.width)
-    ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
+    page without ruling lines.
+
+    An RGB image whose channels all agree is prepared in greyscale: every step works channel by
+    channel, so the page is the same, at a third of the work. Its greyscale copy is made once and
+    reused until a step changes the pixels.
+    """
+    if is_grey(img):
+        img = img.convert("L")
+    gray = img if img.mode == "L" else img.convert("L")
+    upright, angle = deskew(img, gray)
+    if angle:
+        gray = upright if upright.mode == "L" else upright.convert("L")
+    scaled, text_height = scale_for_ocr(upright, keep_colour=True, gray=gray)
+    unscaled = scaled is upright
+    scaled, text_height, _ = sharpen_soft(
+        scaled, text_height, enlarged=scaled.width / upright.width, gray=gray if unscaled else None
+    )
+    ink, removed = remove_ruling_lines(ink_map(scaled, text_height), text_height)
     return PreparedPage(_as_page(ink), bool(removed))
 
 
