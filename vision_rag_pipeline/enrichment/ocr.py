@@ -35,7 +35,6 @@ import numpy as np
 import pytesseract
 import tesserocr
 from PIL import Image, ImageChops, ImageFilter
-from scipy import ndimage
 
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
@@ -476,10 +475,10 @@ def _leftover_labels(
     wide. Lines, bars and markers are other shapes and stay out.
     """
     _, unread = _unread_ink(page, lines)
-    labels, _ = ndimage.label(unread, structure=np.ones((3, 3)))
+    _, blobs = _connected_blobs(unread)
     glyphs = sorted(
         (cols.start, rows.start, cols.stop, rows.stop)
-        for rows, cols in ndimage.find_objects(labels)
+        for rows, cols in blobs
         if 0.5 * text_height <= rows.stop - rows.start <= 1.6 * text_height
         and cols.stop - cols.start <= 1.5 * (rows.stop - rows.start)
     )
@@ -498,6 +497,19 @@ def _leftover_labels(
         for row in rows_of_glyphs
         if len(row) >= 2
     ][:REREAD_MAX_WORDS]
+
+
+def _connected_blobs(mask: np.ndarray) -> tuple[np.ndarray, list[tuple[slice, slice]]]:
+    """The mask's 8-connected blobs: a label image (blob n is n) and each blob's (rows, columns) slices.
+
+    SciPy is imported here, on the first use, not with the module: `scipy.ndimage` takes ~0.45 s to
+    import, and every `vision-rag` command that loads the Dagster definitions imports this module
+    (an unchanged ingest, which reads no image, paid it on every run).
+    """
+    from scipy import ndimage
+
+    labels, _ = ndimage.label(mask, structure=np.ones((3, 3)))
+    return labels, ndimage.find_objects(labels)
 
 
 def _looks_vertical(page: Image.Image) -> bool:
@@ -606,8 +618,7 @@ def _with_lost_separator(page: Image.Image, word: _Word, decimal: str = ".") -> 
     box = np.asarray(
         page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
     )
-    labels, _ = ndimage.label(box < DOT_INK_LEVEL, structure=np.ones((3, 3)))
-    objects = ndimage.find_objects(labels)
+    labels, objects = _connected_blobs(box < DOT_INK_LEVEL)
     blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in objects]
     darkest = [
         int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
