@@ -10,7 +10,8 @@ image with what its page says around it. Prints the CPU time, Tesseract's share 
 read (first, language check, sparse, other layout, rotated, re-read sheets), the images per set of
 languages they were read with, and the words the readings hold: whole words of the embedding
 model's vocabulary (three letters or more) and numbers of two digits or more, a proxy for real text
-that noise from photos rarely hits. With `--against`, the words one set of readings has and the
+that noise from photos rarely hits; "indexed words" counts those of the readings that reach the index (a
+Low reading of a picture does not). With `--against`, the words one set of readings has and the
 other lacks, per image: run the script with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR
 versions on real documents.
 """
@@ -40,9 +41,10 @@ from vision_rag_pipeline.enrichment.preprocess import load_image  # noqa: E402
 _TOKEN = re.compile(r"\w+")
 
 
-def enriched_images(documents: list[Path], classify: bool = True) -> dict[str, tuple[object, str]]:
-    """Name -> (picture, what its page says around it) of every distinct image the classifier sends to
-    enrichment and OCR reads (not the scans whose PDF text layer stands in for OCR)."""
+def enriched_images(documents: list[Path], classify: bool = True) -> dict[str, tuple[object, str, bool]]:
+    """Name -> (picture, what its page says around it, whether it is a page image) of every distinct
+    image the classifier sends to enrichment and OCR reads (not the scans whose PDF text layer stands
+    in for OCR)."""
     classifier = RagConfig().media_enrichment.features.classifier
     pictures, seen = {}, set()
     for doc in documents:
@@ -53,7 +55,11 @@ def enriched_images(documents: list[Path], classify: bool = True) -> dict[str, t
             if wanted and not image.text_layer and image.sha256 not in seen:
                 seen.add(image.sha256)
                 hint = " ".join((image.alt, image.title, image.caption, image.context))
-                pictures[f"{doc.name}/{image.name}"] = (load_image(image.data, image.mime), hint)
+                pictures[f"{doc.name}/{image.name}"] = (
+                    load_image(image.data, image.mime),
+                    hint,
+                    image.is_page_image,
+                )
     return pictures
 
 
@@ -123,11 +129,13 @@ def main() -> None:
 
     ocr.read_tsv, ocr_languages.read_tsv, ocr_languages._read_lines = timed, timed, checked
     readings, read_with, checked, started = {}, Counter(), 0, time.process_time()
-    for name, (picture, hint) in pictures.items():
+    indexed = {}
+    for name, (picture, hint, page_image) in pictures.items():
         page.clear()
         checked_languages.clear()
-        result = ocr_languages.read_image(picture, allowed, hint)
+        result = ocr_languages.read_image(picture, allowed, hint, picture=not page_image)
         readings[name] = result.text
+        indexed[name] = result.text if result.level != "Low" or page_image else ""
         read_with["+".join(result.languages)] += 1
         checked += bool(checked_languages)
     cpu = time.process_time() - started
@@ -140,6 +148,7 @@ def main() -> None:
         "images_read_with": dict(read_with.most_common()),
         "tesseract_s_by_read": {kind: round(seconds, 1) for kind, seconds in by_kind.most_common()},
         "words": sum(len(words(text)) for text in readings.values()),
+        "indexed_words": sum(len(words(text)) for text in indexed.values()),
     }
     if args.against:
         other = {name: words(text) for name, text in json.loads(args.against.read_text()).items()}

@@ -397,3 +397,96 @@ def test_a_big_page_on_its_side_or_upside_down_is_still_turned_and_read(angle: i
     page = _text_image().resize((1600, 1200), Image.Resampling.BICUBIC).rotate(angle, expand=True)
     assert page.width * page.height > ocr.SPECULATIVE_READ_MAX_PIXELS
     assert {"quarterly", "revenue", "headcount"} <= _words(ocr_image(page, ["eng"]).text)
+
+
+def _prepared_in_colour(img: Image.Image) -> tuple[bytes, bool]:
+    """`prepare_page`'s steps with the image kept in RGB throughout, as they ran before greyscale images
+    were prepared in one channel."""
+    from vision_rag_pipeline.enrichment.preprocess import deskew, scale_for_ocr, sharpen_soft
+
+    upright, _ = deskew(img)
+    scaled, height = scale_for_ocr(upright, keep_colour=True)
+    scaled, height, _ = sharpen_soft(scaled, height, enlarged=scaled.width / upright.width)
+    assert scaled.mode == "RGB"
+    ink, removed = ocr.remove_ruling_lines(ocr.ink_map(scaled, height), height)
+    return ocr._as_page(ink).tobytes(), bool(removed)
+
+
+@pytest.mark.parametrize(
+    ("angle", "blur", "font_size"),
+    [(0.0, 0.0, 24), (2.5, 0.0, 24), (0.0, 1.6, 24), (-3.0, 1.2, 11), (0.0, 0.0, 9)],
+)
+def test_a_page_without_colour_is_prepared_in_one_channel_into_the_same_page(
+    angle: float, blur: float, font_size: int
+) -> None:
+    """A scan decoded as RGB is prepared as greyscale (a third of the work): the page Tesseract reads
+    must be the very page the RGB steps make, crooked, blurred or in small type (all steps run)."""
+    page = Image.new("L", (640, 420), 250)
+    draw = ImageDraw.Draw(page)
+    draw.rectangle((20, 300, 600, 302), fill=30)  # a rule to remove
+    for row in range(5):
+        draw.text(
+            (30, 30 + row * 50),
+            f"Net revenue {row}: 4,21{row}.5",
+            fill=20,
+            font=ImageFont.load_default(size=font_size),
+        )
+    if angle:
+        page = page.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=250)
+    if blur:
+        page = page.filter(ImageFilter.GaussianBlur(blur))
+    rgb = page.convert("RGB")
+    prepared = ocr.prepare_page(rgb)
+    assert (prepared.page.tobytes(), prepared.ruled) == _prepared_in_colour(rgb)
+
+
+def _sea_texture() -> Image.Image:
+    """A photo's texture that Tesseract takes for a few unsure words ("ea key hehe EE fee CO")."""
+    rng = np.random.default_rng(0)
+    img = Image.new("RGB", (900, 600), (40, 110, 140))
+    draw = ImageDraw.Draw(img)
+    for _ in range(2500):
+        x, y, width = int(rng.integers(0, 900)), int(rng.integers(0, 600)), int(rng.integers(4, 14))
+        colour = tuple(int(v) for v in rng.integers(150, 255, 3))
+        draw.arc((x, y, x + width, y + width // 2 + 2), 180, 360, fill=colour, width=2)
+    return img.filter(ImageFilter.GaussianBlur(0.6))
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    reads: list[int] = []
+    original = ocr.read_tsv
+
+    def counted(gray: Image.Image, psm: int, languages: list[str], **options: bool) -> str:
+        reads.append(psm)
+        return original(gray, psm, languages, **options)
+
+    monkeypatch.setattr(ocr, "read_tsv", counted)
+    return reads
+
+
+def test_a_picture_whose_first_read_is_texture_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Low reading of a picture is not indexed, so a first read that is a photo's texture ends it; a
+    page image (a scan, a slide saved as a picture) keeps every read, as its reading is indexed."""
+    reads = _counting_reads(monkeypatch)
+    prepared = ocr.prepare_page(_sea_texture())
+    picture = ocr.read_page(prepared, ["eng"], picture=True)
+    assert len(reads) == 1 and picture.level == "Low"
+    reads.clear()
+    page_image = ocr.read_page(prepared, ["eng"])
+    assert len(reads) > 1 and page_image.level == "Low"
+
+
+def test_a_picture_with_text_is_read_as_fully_as_a_page_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    img = Image.new("RGB", (900, 420), "white")
+    draw = ImageDraw.Draw(img)
+    for row, line in enumerate(
+        ["Quarterly revenue by region", "North 41.2  South 38.7", "West 12.5  East 7.6"]
+    ):
+        draw.text((40, 40 + row * 110), line, fill="black", font=ImageFont.load_default(size=40))
+    reads = _counting_reads(monkeypatch)
+    prepared = ocr.prepare_page(img)
+    as_picture = ocr.read_page(prepared, ["eng"], picture=True)
+    picture_reads = list(reads)
+    reads.clear()
+    assert as_picture == ocr.read_page(prepared, ["eng"]) and picture_reads == reads
+    assert "revenue" in as_picture.text

@@ -7,9 +7,7 @@ import tempfile
 from pathlib import Path
 
 from vision_rag_pipeline.core.sniff import sniff_document_kind
-from vision_rag_pipeline.documents.mhtml import load_mhtml
 from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
-from vision_rag_pipeline.documents.pdf import load_pdf
 
 # Bump when a change to a loader (here, pdf.py, mhtml.py) changes what a file loads as: its elements,
 # pages, boxes, images or their text layers. raw_documents' code version includes it, so documents
@@ -26,7 +24,17 @@ def load_document(path: str | Path, source_path: str | None = None) -> LoadedDoc
     kind = sniff_document_kind(file)
     if kind is None:
         raise DocumentError(f"{file.name}: not an MHTML web archive or a PDF")
-    doc = load_pdf(file) if kind == "pdf" else load_mhtml(file)
+    # The loaders are imported when a file of their kind comes: BeautifulSoup and pypdfium2 take ~0.25 s
+    # to import, and everything that loads the Dagster definitions imports this module (an unchanged
+    # ingest loads no file at all).
+    if kind == "pdf":
+        from vision_rag_pipeline.documents.pdf import load_pdf
+
+        doc = load_pdf(file)
+    else:
+        from vision_rag_pipeline.documents.mhtml import load_mhtml
+
+        doc = load_mhtml(file)
     data = file.read_bytes()
     return doc.model_copy(
         update={

@@ -102,7 +102,7 @@ def _ocr_all(images: dict[str, DocumentImage], config: RagConfig) -> dict[str, t
             return _svg_ocr(image.data) if is_svg(image.data, image.mime) else (OcrResult(), str(exc))
         hint = " ".join((image.alt, image.title, image.caption, image.context))
         try:
-            return read_image(picture, languages, hint), None
+            return read_image(picture, languages, hint, picture=not image.is_page_image), None
         except OcrError as exc:
             return OcrResult(), str(exc)
 

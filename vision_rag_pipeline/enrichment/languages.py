@@ -38,6 +38,7 @@ from vision_rag_pipeline.enrichment.ocr import (
     TsvWord,
     available_languages,
     first_read,
+    letter_count,
     missing_language_error,
     missing_languages,
     prepare_page,
@@ -160,21 +161,18 @@ def resolve_languages(configured: list[str] | str) -> list[str]:
     return list(dict.fromkeys(configured))
 
 
-def read_image(img: Image.Image, languages: list[str], hint: str = "") -> OcrResult:
+def read_image(img: Image.Image, languages: list[str], hint: str = "", *, picture: bool = False) -> OcrResult:
     """Read the image in the languages (of `languages`, resolved) of the scripts it holds.
 
     `hint` is what the document says around the image (alt text, caption, surrounding text): the
-    scripts it is written in are the likely ones.
+    scripts it is written in are the likely ones. `picture`: a picture on a page, not a page image
+    (`read_page`).
     """
     prepared = prepare_page(img)
     base = [lang for lang in languages if _script(lang) == _script(languages[0])]
     tsv = first_read(prepared, base)
     chosen = choose_languages(prepared, tsv, base, languages, hint)
-    return read_page(prepared, chosen, tsv if chosen == base else None)
-
-
-def _letters(text: str) -> int:
-    return sum(c.isalpha() for c in text)
+    return read_page(prepared, chosen, tsv if chosen == base else None, picture=picture)
 
 
 def _representatives(languages: list[str], base_script: str) -> dict[str, str]:
@@ -208,8 +206,8 @@ def choose_languages(
     if not candidates:
         return base
     words = tsv_words(tsv)
-    sure = sum(_letters(w.text) for w in words if w.conf >= HIGH_CONFIDENCE)
-    doubted = sum(_letters(w.text) for w in words if w.conf < HIGH_CONFIDENCE)
+    sure = sum(letter_count(w.text) for w in words if w.conf >= HIGH_CONFIDENCE)
+    doubted = sum(letter_count(w.text) for w in words if w.conf < HIGH_CONFIDENCE)
     hinted = {script: lang for script, lang in candidates.items() if script in hint_scripts(hint)}
     if hinted:
         candidates = hinted
@@ -250,7 +248,8 @@ def _most_doubted_lines(words: list[TsvWord]) -> list[list[TsvWord]]:
     for word in words:
         lines.setdefault(word.line, []).append(word)
     doubted = {
-        key: sum(_letters(w.text) for w in line if w.conf < HIGH_CONFIDENCE) for key, line in lines.items()
+        key: sum(letter_count(w.text) for w in line if w.conf < HIGH_CONFIDENCE)
+        for key, line in lines.items()
     }
     ranked = sorted(
         (key for key in lines if doubted[key] >= DOUBTED_LINE_MIN_LETTERS), key=lambda k: -doubted[k]

@@ -35,12 +35,12 @@ import numpy as np
 import pytesseract
 import tesserocr
 from PIL import Image, ImageChops, ImageFilter
-from scipy import ndimage
 
 from vision_rag_pipeline.enrichment.model import OcrLevel, OcrResult, OcrWord
 from vision_rag_pipeline.enrichment.preprocess import (
     deskew,
     for_ocr,
+    is_grey,
     long_runs,
     scale_for_ocr,
     sharpen_soft,
@@ -61,6 +61,11 @@ UNREAD_INK_RATIO = 0.04  # secondary sparse pass when more ink than this lies ou
 # a page the first read found no sure word on gets more reads only up to this size
 SPECULATIVE_READ_MAX_PIXELS = 1_000_000
 PROBE_MAX_SIDE = 1000
+# a picture's first read is a photo's texture (`_reads_as_texture`) with this many words or more, at a
+# mean confidence under this, and at most this many sure plain words
+TEXTURE_MIN_WORDS = 5
+TEXTURE_MAX_CONFIDENCE = 50.0
+TEXTURE_MAX_SURE_WORDS = 2
 REREAD_MAX_WORDS = 40  # numbers re-read per image (one sheet)
 REREAD_TEXT_HEIGHT = 40  # px: digits this tall keep their decimal point
 REREAD_MAX_SCALE = 4.0
@@ -365,13 +370,17 @@ def ink_map(rgb: Image.Image, text_height: float | None) -> np.ndarray:
 
     The background is a median over a window wider than any stroke, so it follows coloured bars
     and dark panels but not letters: white labels inside a dark bar and dark text on a white page
-    both become ink, and red-on-green text does not vanish in a grey conversion.
+    both become ink, and red-on-green text does not vanish in a grey conversion. `rgb` may be
+    greyscale (`prepare_page`'s images without colour).
     """
     window = max(24.0, 1.5 * (text_height or 16.0))
     factor = max(2, round(window / 7))
     small = rgb.resize((max(1, rgb.width // factor), max(1, rgb.height // factor)), Image.Resampling.BOX)
     background = small.filter(ImageFilter.MedianFilter(7)).resize(rgb.size, Image.Resampling.BILINEAR)
-    red, green, blue = ImageChops.difference(rgb, background).split()
+    difference = ImageChops.difference(rgb, background)
+    if difference.mode == "L":  # a greyscale image: its one channel is the most telling
+        return np.asarray(difference)
+    red, green, blue = difference.split()
     return np.asarray(ImageChops.lighter(ImageChops.lighter(red, green), blue))
 
 
@@ -449,6 +458,30 @@ def _more_reads_may_pay(page: Image.Image, first: _Pass) -> bool:
     return _any_sure_word(first.lines) or page.width * page.height <= SPECULATIVE_READ_MAX_PIXELS
 
 
+def _reads_as_texture(first: _Pass) -> bool:
+    """The first read of a picture is a photo's texture taken for letters: many words ("SS ee Se"), at
+    a mean confidence well under Medium, and hardly a sure plain word. More reads (sparse, other
+    layout, turned, re-read sheets) would only add to a reading that ends Low and so is not indexed:
+    on the real sets such pictures (a 12-megapixel seascape read as 207 words at 42) took a third of
+    the OCR time of pictures. A first read that finds little or nothing is not texture: the sparse
+    read finds the labels of a small chart that the layout read missed."""
+    words = [w for w in first.words if w.conf >= WORD_MIN_CONFIDENCE]
+    sure = [
+        w
+        for w in words
+        if w.conf >= HIGH_CONFIDENCE and _PLAIN_WORD.match(w.text) and letter_count(w.text) >= 3
+    ]
+    return (
+        len(first.words) >= TEXTURE_MIN_WORDS
+        and sum(w.conf for w in words) < TEXTURE_MAX_CONFIDENCE * max(1, len(words))
+        and len(sure) <= TEXTURE_MAX_SURE_WORDS
+    )
+
+
+def letter_count(text: str) -> int:
+    return sum(c.isalpha() for c in text)
+
+
 def _any_sure_word(lines: list[_Line]) -> bool:
     return any(w.conf >= HIGH_CONFIDENCE for line in lines for w in line.words)
 
@@ -471,10 +504,10 @@ def _leftover_labels(
     wide. Lines, bars and markers are other shapes and stay out.
     """
     _, unread = _unread_ink(page, lines)
-    labels, _ = ndimage.label(unread, structure=np.ones((3, 3)))
+    _, blobs = _connected_blobs(unread)
     glyphs = sorted(
         (cols.start, rows.start, cols.stop, rows.stop)
-        for rows, cols in ndimage.find_objects(labels)
+        for rows, cols in blobs
         if 0.5 * text_height <= rows.stop - rows.start <= 1.6 * text_height
         and cols.stop - cols.start <= 1.5 * (rows.stop - rows.start)
     )
@@ -493,6 +526,19 @@ def _leftover_labels(
         for row in rows_of_glyphs
         if len(row) >= 2
     ][:REREAD_MAX_WORDS]
+
+
+def _connected_blobs(mask: np.ndarray) -> tuple[np.ndarray, list[tuple[slice, slice]]]:
+    """The mask's 8-connected blobs: a label image (blob n is n) and each blob's (rows, columns) slices.
+
+    SciPy is imported here, on the first use, not with the module: `scipy.ndimage` takes ~0.45 s to
+    import, and every `vision-rag` command that loads the Dagster definitions imports this module
+    (an unchanged ingest, which reads no image, paid it on every run).
+    """
+    from scipy import ndimage
+
+    labels, _ = ndimage.label(mask, structure=np.ones((3, 3)))
+    return labels, ndimage.find_objects(labels)
 
 
 def _looks_vertical(page: Image.Image) -> bool:
@@ -608,8 +654,7 @@ def _with_lost_separator(page: Image.Image, word: _Word, decimal: str = ".") -> 
     box = np.asarray(
         page.crop((word.left - 2, word.top - 2, word.left + word.width + 2, word.top + word.height + 2))
     )
-    labels, _ = ndimage.label(box < DOT_INK_LEVEL, structure=np.ones((3, 3)))
-    objects = ndimage.find_objects(labels)
+    labels, objects = _connected_blobs(box < DOT_INK_LEVEL)
     blobs = [(cols.start, cols.stop, rows.start, rows.stop) for rows, cols in objects]
     darkest = [
         int(box[rows, cols][labels[rows, cols] == n].min()) for n, (rows, cols) in enumerate(objects, 1)
@@ -883,11 +928,24 @@ class PreparedPage:
 
 def prepare_page(img: Image.Image) -> PreparedPage:
     """The image levelled (`deskew`), scaled for OCR, sharpened when blurred, as a polarity-free ink
-    page without ruling lines."""
-    upright, _ = deskew(img)
-    rgb, text_height = scale_for_ocr(upright, keep_colour=True)
-    rgb, text_height, _ = sharpen_soft(rgb, text_height, enlarged=rgb.width / upright.width)
-    ink, removed = remove_ruling_lines(ink_map(rgb, text_height), text_height)
+    page without ruling lines.
+
+    An RGB image whose channels all agree is prepared in greyscale: every step works channel by
+    channel, so the page is the same, at a third of the work. Its greyscale copy is made once and
+    reused until a step changes the pixels.
+    """
+    if is_grey(img):
+        img = img.convert("L")
+    gray = img if img.mode == "L" else img.convert("L")
+    upright, angle = deskew(img, gray)
+    if angle:
+        gray = upright if upright.mode == "L" else upright.convert("L")
+    scaled, text_height = scale_for_ocr(upright, keep_colour=True, gray=gray)
+    unscaled = scaled is upright
+    scaled, text_height, _ = sharpen_soft(
+        scaled, text_height, enlarged=scaled.width / upright.width, gray=gray if unscaled else None
+    )
+    ink, removed = remove_ruling_lines(ink_map(scaled, text_height), text_height)
     return PreparedPage(_as_page(ink), bool(removed))
 
 
@@ -902,9 +960,13 @@ def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
     return read_page(prepare_page(img), langs)
 
 
-def read_page(prepared: PreparedPage, langs: list[str], first_tsv: str | None = None) -> OcrResult:
+def read_page(
+    prepared: PreparedPage, langs: list[str], first_tsv: str | None = None, *, picture: bool = False
+) -> OcrResult:
     """Read every line of text on the page (at most `MAX_PASSES` Tesseract reads plus two re-read sheets);
     `first_tsv` is the first read (`first_read`) when it was already made in these languages.
+    `picture`: the image is a picture on a page, not a page image, so a Low reading of it is not indexed
+    (`fusion.indexable_reading`): a first read that is texture (`_reads_as_texture`) ends the reading.
 
     The image is levelled (`deskew`) and, when blurred, upscaled and sharpened first. Pass 1
     reads the cleaned page (psm 3, or psm 6 row by row when ruling lines were removed).
@@ -921,6 +983,8 @@ def read_page(prepared: PreparedPage, langs: list[str], first_tsv: str | None = 
     tsv = first_read(prepared, langs) if first_tsv is None else first_tsv
     passes = [_Pass("rows" if removed else "layout", 0, _parse_tsv(tsv))]
     first = passes[0]
+    if picture and _reads_as_texture(first):
+        return _result(_without_doubtful_words(passes)[0].lines, langs, first.lines)
     more_may_pay = _more_reads_may_pay(page, first)
     if more_may_pay and (
         first.mean_conf < HIGH_CONFIDENCE or _unread_ink_ratio(page, first.lines) > UNREAD_INK_RATIO

@@ -14,7 +14,7 @@ import zlib
 from xml.parsers import expat
 
 import numpy as np
-from PIL import Image, ImageFilter, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageChops, ImageFilter, ImageOps, UnidentifiedImageError
 
 from vision_rag_pipeline.core.sniff import is_svg
 from vision_rag_pipeline.enrichment.cost import vision_size
@@ -228,13 +228,19 @@ def _ocr_scale(height: float | None, pixels: int) -> float:
     return 1.0
 
 
-def scale_for_ocr(img: Image.Image, *, keep_colour: bool = False) -> tuple[Image.Image, float | None]:
-    """`for_ocr`, plus the text line height measured on the result (None when there is no text line)."""
-    gray = img.convert("L")
+def scale_for_ocr(
+    img: Image.Image, *, keep_colour: bool = False, gray: Image.Image | None = None
+) -> tuple[Image.Image, float | None]:
+    """`for_ocr`, plus the text line height measured on the result (None when there is no text line).
+
+    `gray` is `img` in greyscale when the caller has it already. With `keep_colour` an RGB or
+    greyscale image keeps its mode (and is returned itself when no scaling is needed).
+    """
+    gray = img.convert("L") if gray is None else gray
     height = text_line_height(np.asarray(gray))
     width, image_height = gray.size
     scale = min(_ocr_scale(height, width * image_height), math.sqrt(OCR_MAX_PIXELS / (width * image_height)))
-    out = img.convert("RGB") if keep_colour else gray
+    out = (img if img.mode in ("RGB", "L") else img.convert("RGB")) if keep_colour else gray
     if abs(scale - 1.0) < 0.1:
         return out, height
     size = (max(1, round(width * scale)), max(1, round(image_height * scale)))
@@ -285,7 +291,7 @@ def edge_sharpness(gray: np.ndarray) -> float:
 
 
 def sharpen_soft(
-    img: Image.Image, text_height: float | None, enlarged: float = 1.0
+    img: Image.Image, text_height: float | None, enlarged: float = 1.0, gray: Image.Image | None = None
 ) -> tuple[Image.Image, float | None, bool]:
     """Unsharp-mask an image whose edges are soft, upscaling it x2 first (within the pixel cap)
     unless `scale_for_ocr` has already enlarged it by `enlarged` >= 1.5.
@@ -293,9 +299,11 @@ def sharpen_soft(
     Blur merges a decimal point into its digits and thin strokes into their background; a larger
     image gives the mask room to restore the gaps. An enlarged image has that room already (and
     its softness is partly the interpolation's): doubling it again made 5-11 megapixel pages that
-    read slower and no better. Returns (image, text height, done).
+    read slower and no better. `gray` is `img` in greyscale when the caller has it already.
+    Returns (image, text height, done).
     """
-    if edge_sharpness(np.asarray(img.convert("L"))) >= SOFT_EDGE_SHARPNESS:
+    gray = img.convert("L") if gray is None else gray
+    if edge_sharpness(np.asarray(gray)) >= SOFT_EDGE_SHARPNESS:
         return img, text_height, False
     if enlarged >= 1.5:
         room = 2.0
@@ -344,12 +352,30 @@ def estimate_skew(gray: np.ndarray) -> float:
     return round(float(max(fine, key=peakedness)), 1)
 
 
-def deskew(img: Image.Image) -> tuple[Image.Image, float]:
-    """`img` turned so its text runs horizontally (grown to keep the corners); returns it and the angle."""
-    angle = estimate_skew(np.asarray(img.convert("L")))
+def deskew(img: Image.Image, gray: Image.Image | None = None) -> tuple[Image.Image, float]:
+    """`img` turned so its text runs horizontally (grown to keep the corners); returns it and the angle.
+
+    `gray` is `img` in greyscale when the caller has it already. A greyscale image stays greyscale.
+    """
+    angle = estimate_skew(np.asarray(img.convert("L") if gray is None else gray))
     if abs(angle) < MIN_SKEW_DEGREES:
         return img, 0.0
-    pixels = np.asarray(img.convert("RGB"))
+    if img.mode != "L":
+        img = img.convert("RGB") if img.mode != "RGB" else img
+    pixels = np.asarray(img)
     border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-    fill = tuple(int(v) for v in np.median(border, axis=0))
-    return img.convert("RGB").rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill), angle
+    median = np.median(border, axis=0)
+    fill = int(median) if img.mode == "L" else tuple(int(v) for v in median)
+    return img.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill), angle
+
+
+def is_grey(img: Image.Image) -> bool:
+    """Whether every pixel of an RGB image has three equal channels: a scan or a rendering without
+    colour, decoded as RGB. An 8x reduced copy is checked first (colour survives the averaging)."""
+    if img.mode != "RGB":
+        return img.mode == "L"
+    for picture in (img.reduce(8), img) if min(img.size) >= 16 else (img,):
+        red, green, blue = picture.split()
+        if ImageChops.difference(red, green).getbbox() or ImageChops.difference(green, blue).getbbox():
+            return False
+    return True
