@@ -931,20 +931,13 @@ def prepare_page(img: Image.Image) -> PreparedPage:
     page without ruling lines.
 
     An RGB image whose channels all agree is prepared in greyscale: every step works channel by
-    channel, so the page is the same, at a third of the work. Its greyscale copy is made once and
-    reused until a step changes the pixels.
+    channel, so the page is the same, at a third of the work, and no step copies it to measure it.
     """
     if is_grey(img):
         img = img.convert("L")
-    gray = img if img.mode == "L" else img.convert("L")
-    upright, angle = deskew(img, gray)
-    if angle:
-        gray = upright if upright.mode == "L" else upright.convert("L")
-    scaled, text_height = scale_for_ocr(upright, keep_colour=True, gray=gray)
-    unscaled = scaled is upright
-    scaled, text_height, _ = sharpen_soft(
-        scaled, text_height, enlarged=scaled.width / upright.width, gray=gray if unscaled else None
-    )
+    upright, _ = deskew(img)
+    scaled, text_height = scale_for_ocr(upright, keep_colour=True)
+    scaled, text_height, _ = sharpen_soft(scaled, text_height, enlarged=scaled.width / upright.width)
     ink, removed = remove_ruling_lines(ink_map(scaled, text_height), text_height)
     return PreparedPage(_as_page(ink), bool(removed))
 

@@ -228,15 +228,13 @@ def _ocr_scale(height: float | None, pixels: int) -> float:
     return 1.0
 
 
-def scale_for_ocr(
-    img: Image.Image, *, keep_colour: bool = False, gray: Image.Image | None = None
-) -> tuple[Image.Image, float | None]:
+def scale_for_ocr(img: Image.Image, *, keep_colour: bool = False) -> tuple[Image.Image, float | None]:
     """`for_ocr`, plus the text line height measured on the result (None when there is no text line).
 
-    `gray` is `img` in greyscale when the caller has it already. With `keep_colour` an RGB or
-    greyscale image keeps its mode (and is returned itself when no scaling is needed).
+    With `keep_colour` an RGB or greyscale image keeps its mode (and is returned itself when no
+    scaling is needed).
     """
-    gray = img.convert("L") if gray is None else gray
+    gray = greyscale(img)
     height = text_line_height(np.asarray(gray))
     width, image_height = gray.size
     scale = min(_ocr_scale(height, width * image_height), math.sqrt(OCR_MAX_PIXELS / (width * image_height)))
@@ -291,7 +289,7 @@ def edge_sharpness(gray: np.ndarray) -> float:
 
 
 def sharpen_soft(
-    img: Image.Image, text_height: float | None, enlarged: float = 1.0, gray: Image.Image | None = None
+    img: Image.Image, text_height: float | None, enlarged: float = 1.0
 ) -> tuple[Image.Image, float | None, bool]:
     """Unsharp-mask an image whose edges are soft, upscaling it x2 first (within the pixel cap)
     unless `scale_for_ocr` has already enlarged it by `enlarged` >= 1.5.
@@ -299,11 +297,9 @@ def sharpen_soft(
     Blur merges a decimal point into its digits and thin strokes into their background; a larger
     image gives the mask room to restore the gaps. An enlarged image has that room already (and
     its softness is partly the interpolation's): doubling it again made 5-11 megapixel pages that
-    read slower and no better. `gray` is `img` in greyscale when the caller has it already.
-    Returns (image, text height, done).
+    read slower and no better. Returns (image, text height, done).
     """
-    gray = img.convert("L") if gray is None else gray
-    if edge_sharpness(np.asarray(gray)) >= SOFT_EDGE_SHARPNESS:
+    if edge_sharpness(np.asarray(greyscale(img))) >= SOFT_EDGE_SHARPNESS:
         return img, text_height, False
     if enlarged >= 1.5:
         room = 2.0
@@ -352,12 +348,12 @@ def estimate_skew(gray: np.ndarray) -> float:
     return round(float(max(fine, key=peakedness)), 1)
 
 
-def deskew(img: Image.Image, gray: Image.Image | None = None) -> tuple[Image.Image, float]:
+def deskew(img: Image.Image) -> tuple[Image.Image, float]:
     """`img` turned so its text runs horizontally (grown to keep the corners); returns it and the angle.
 
-    `gray` is `img` in greyscale when the caller has it already. A greyscale image stays greyscale.
+    A greyscale image stays greyscale.
     """
-    angle = estimate_skew(np.asarray(img.convert("L") if gray is None else gray))
+    angle = estimate_skew(np.asarray(greyscale(img)))
     if abs(angle) < MIN_SKEW_DEGREES:
         return img, 0.0
     if img.mode != "L":
@@ -367,6 +363,11 @@ def deskew(img: Image.Image, gray: Image.Image | None = None) -> tuple[Image.Ima
     median = np.median(border, axis=0)
     fill = int(median) if img.mode == "L" else tuple(int(v) for v in median)
     return img.rotate(angle, Image.Resampling.BICUBIC, expand=True, fillcolor=fill), angle
+
+
+def greyscale(img: Image.Image) -> Image.Image:
+    """`img` in greyscale: itself when it is greyscale already (no copy)."""
+    return img if img.mode == "L" else img.convert("L")
 
 
 def is_grey(img: Image.Image) -> bool:
