@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +28,14 @@ from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 from vision_rag_pipeline.query.image_query import QueryImageError, describe_query_image
 from vision_rag_pipeline.query.search import (
     CHUNK_KINDS,
+    Hit,
     Ranking,
     _unsure_ocr,
     content_query,
     cosine_similarities,
     fuse,
     match_scores,
+    pages_in_document_order,
     query_terms,
     rerank,
     rrf_fuse,
@@ -280,7 +283,13 @@ def test_a_hybrid_search_finds_what_its_parts_do_separately(corpus: list[Chunk],
     # the chunk-level parts only: page units and the named or dated documents' rankings have their
     # own tests; other tests' documents have page units, which would rank beside these chunks
     retrieval = RetrievalConfig(
-        fusion=fusion, candidates=3, rerank_depth=3, page_weight=0, named_weight=0, period_weight=0
+        fusion=fusion,
+        candidates=3,
+        rerank_depth=3,
+        page_weight=0,
+        named_weight=0,
+        period_weight=0,
+        pages_within_documents=False,
     )
     config = RagConfig(retrieval=retrieval)
     index_chunks(kpi_excerpts())
@@ -294,11 +303,17 @@ def test_a_hybrid_search_finds_what_its_parts_do_separately(corpus: list[Chunk],
 def test_a_hybrid_text_query_is_one_postgres_round_trip(corpus: list[Chunk]) -> None:
     round_trips = bench_module("bench_query_scale").round_trips
     search("Quokka enclosure", k=3)  # the store opened and its schema checked
+    alone = RagConfig(retrieval=RetrievalConfig(pages_within_documents=False))
     with round_trips() as plain:
-        search("Quokka enclosure", k=3)
+        search("Quokka enclosure", k=3, config=alone)
     with round_trips() as filtered:
-        search("Quokka enclosure", k=3, kinds=["image"], metadata={"image_type": "Chart"})
+        search("Quokka enclosure", k=3, kinds=["image"], metadata={"image_type": "Chart"}, config=alone)
     assert plain == filtered == [1]
+    # by default, one more for each document whose later hits its own search orders
+    with round_trips() as ordered:
+        hits = search("Quokka enclosure", k=3)
+    documents = Counter(hit.document for hit in hits[1:])
+    assert ordered == [1 + sum(count > 1 for count in documents.values())]
 
 
 def test_filters_by_kind_document_and_metadata(corpus: list[Chunk]) -> None:
@@ -583,3 +598,55 @@ def test_a_passage_is_not_the_answer_for_repeating_the_period_its_report_is_abou
     scores = match_scores(without_periods(question), texts, titles, question)
     assert scores["answer"] > scores["opening"]  # the report's period is judged by its title
     assert scores["answer"] > scores["other quarter"]  # which names another quarter
+
+
+@given(st.lists(st.sampled_from("abc"), min_size=1, max_size=12), st.randoms(use_true_random=False))
+def test_a_documents_hits_after_the_first_take_its_places_in_its_own_page_order(
+    documents: list[str], rnd
+) -> None:
+    """Across documents the ranking says which documents hold the hits, how many and which chunks;
+    each searched document's own search says in which order its pages come after the first hit."""
+    hits = [
+        Hit(
+            chunk_id=f"{doc}:{i}", document=doc, kind="text", text="", score=100.0 - i, page=rnd.randint(1, 4)
+        )
+        for i, doc in enumerate(documents)
+    ]
+    page_order = {doc: rnd.sample(range(1, 5), rnd.randint(1, 4)) for doc in "ab"}  # "c" was not searched
+    ordered = pages_in_document_order(hits, documents, page_order)
+    assert ordered[0] == hits[0]
+    assert [hit.document for hit in ordered] == documents, "every place keeps its document"
+    assert [hit.score for hit in ordered] == [hit.score for hit in hits], "and its score"
+    assert sorted(hit.chunk_id for hit in ordered) == sorted(hit.chunk_id for hit in hits)
+    for doc, pages in page_order.items():
+        ranks = [
+            pages.index(h.page) if h.page in pages else len(pages) for h in ordered[1:] if h.document == doc
+        ]
+        assert ranks == sorted(ranks)
+    assert [h for h in ordered[1:] if h.document == "c"] == [h for h in hits[1:] if h.document == "c"]
+
+
+def test_across_documents_a_documents_later_hits_follow_its_own_search(pg_url: str) -> None:
+    topics = ["glacier melt rates", "alpine glacier retreat", "glacier mass balance", "glacier surveys"]
+    chunks = [
+        Chunk(
+            chunk_id=f"glacier-{doc}-000000000:{page:05d}",
+            document_id=f"glacier-{doc}-000000000",
+            index=page,
+            kind="text",
+            text=f"Report {doc}, page {page}: the {topics[(page + doc) % 4]} measured at station {doc}{page}.",
+            page=page + 1,
+            char_span=(page * 100, page * 100 + 60),
+            metadata={"source": f"/reports/glacier-{doc}.pdf"},
+        )
+        for doc in range(2)
+        for page in range(4)
+    ]
+    index_chunks(chunks)
+    documents = sorted({c.document_id for c in chunks})
+    hits = search("glacier retreat measured at station", k=8, document_ids=documents)
+    assert {h.document for h in hits} == {"/reports/glacier-0.pdf", "/reports/glacier-1.pdf"}
+    for document in documents:
+        own = [h.page for h in search("glacier retreat measured at station", k=8, document_ids=[document])]
+        later = [h.page for h in hits[1:] if h.chunk_id.startswith(document)]
+        assert later == sorted(later, key=own.index), document

@@ -227,6 +227,10 @@ class RetrievalConfig(_Strict):
     named_weight: float = Field(1.0, ge=0.0)
     period_weight: float = Field(1.0, ge=0.0)
     other_period_factor: float = Field(0.5, ge=0.0, le=1.0)
+    # Across documents, the hits after the first of each document that holds two or more of them
+    # (among the first `rerank_depth` + 1) take its places in the order of their pages in a search of
+    # that document alone (BENCHMARKS.md "Retrieval quality" measures it).
+    pages_within_documents: bool = True
 
 
 class AnswerConfig(_Strict):

@@ -12,6 +12,7 @@ clearly a copy of (a photo, re-save or resize of it) comes first.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -105,6 +106,15 @@ def fuse(rankings: list[Ranking], retrieval: RetrievalConfig) -> dict[str, float
     return rrf_fuse([(list(r.scores), r.weight) for r in rankings], retrieval.rrf_k)
 
 
+@lru_cache(maxsize=256)
+def query_vectors(texts: tuple[str, ...], model: str, precision: str) -> np.ndarray:
+    """The query texts' embeddings (read-only), kept: a search across documents searches some of its
+    documents again with the same texts (`pages_in_document_order`)."""
+    vectors = encode(list(texts), model, precision=precision)
+    vectors.flags.writeable = False
+    return vectors
+
+
 @lru_cache(maxsize=4)
 def vector_store(model: str) -> PgVectorStore:
     """Opening the store creates the schema and checks the embedding dimension, once per process."""
@@ -141,20 +151,35 @@ def search_queries(
     if k <= 0:
         raise ValueError(f"k must be positive, not {k}")
     config = config or load_config()
-    pointers = analyze(queries[0][0]) if queries and queries[0][0] else QuestionPointers()
-    if image is not None:
-        queries = [*queries, (image.text, config.retrieval.image_query_weight)]
-    queries = [(text, weight) for text, weight in queries if text and text.strip()]
-    if not queries:
+    if not any(text and text.strip() for text, _ in queries) and not (image and image.text.strip()):
         raise ValueError("give a text or an image to search for")
     filters = filters or Filters()
     if filters.kinds is not None and (unknown := set(filters.kinds) - set(CHUNK_KINDS)):
         raise ValueError(f"unknown chunk kind(s) {sorted(unknown)}; use text, table or image")
-    retrieval = config.retrieval
     store = vector_store(config.embedding.model)
     document_ids = store.resolve_documents(filters.documents) if filters.documents is not None else None
     if document_ids == []:
         return []
+    return _search(queries, k, mode, image, filters, config, document_ids)
+
+
+def _search(
+    queries: Sequence[tuple[str, float]],
+    k: int,
+    mode: SearchMode,
+    image: QueryImage | None,
+    filters: Filters,
+    config: RagConfig,
+    document_ids: list[str] | None,
+) -> list[Hit]:
+    """`search_queries` within `document_ids` (resolved; None: every document)."""
+    question_texts = list(queries)
+    pointers = analyze(queries[0][0]) if queries and queries[0][0] else QuestionPointers()
+    if image is not None:
+        queries = [*queries, (image.text, config.retrieval.image_query_weight)]
+    queries = [(text, weight) for text, weight in queries if text and text.strip()]
+    retrieval = config.retrieval
+    store = vector_store(config.embedding.model)
     pool = max(k, retrieval.candidates)
     kinds = filters.kinds or list(CHUNK_KINDS)
     across_documents = document_ids is None or len(document_ids) > 1
@@ -194,7 +219,7 @@ def search_queries(
             restricted.append((hits, retrieval.period_weight))
     embedding = indexed_embedding(store, config.embedding) if mode != "lexical" else config.embedding
     vectors = (
-        encode([text for text, _ in queries], embedding.model, precision=embedding.precision)
+        query_vectors(tuple(text for text, _ in queries), embedding.model, embedding.precision)
         if mode in ("hybrid", "vector")
         else []
     )
@@ -288,7 +313,7 @@ def search_queries(
             else ""
         )
         if asked and mode != "lexical":
-            asked_vector = encode([asked], embedding.model, precision=embedding.precision)[0]
+            asked_vector = query_vectors((asked,), embedding.model, embedding.precision)[0]
             similarities = cosine_similarities(asked_vector, {cid: found.embeddings[cid] for cid in head})
         # exact matches tell near-identical documents apart (a report series' titles and the words
         # only one quarter's excerpt has); within one document they outvote the content instead
@@ -305,7 +330,47 @@ def search_queries(
         best = first + [cid for cid in best if cid not in first]
     same = [cid for cid in same_picture(near, retrieval) if cid in chunks]
     best = same + [cid for cid in best if cid not in same]
-    return [_hit(found.chunks[cid], fused.get(cid, 0.0)) for cid in best[:k]]
+    hits = [_hit(found.chunks[cid], fused.get(cid, 0.0)) for cid in best[:k]]
+    if across_documents and retrieval.pages_within_documents:
+        slots = [found.chunks[cid].document_id for cid in best[:k]]
+        places = Counter(slots[1:])
+        # a document with one place after the first hit has no order to give
+        ordered = [doc for doc in dict.fromkeys(slots[1 : retrieval.rerank_depth + 1]) if places[doc] > 1]
+        page_order = {
+            document: [
+                hit.page
+                for hit in _search(
+                    question_texts, max(retrieval.rerank_depth, k), mode, image, filters, config, [document]
+                )
+            ]
+            for document in ordered
+        }
+        hits = pages_in_document_order(hits, slots, page_order)
+    return hits
+
+
+def pages_in_document_order(
+    hits: list[Hit], slots: list[str], page_order: dict[str, list[int | None]]
+) -> list[Hit]:
+    """The hits of a search across documents with each document's hits after the first (`slots`: each
+    hit's document id) reordered among its places by their pages' order in that document's own search
+    (`page_order`), hits on pages it did not rank last. A place keeps its score, so the hits stay in
+    score order.
+
+    Across documents, exact matches of the question's words tell near-identical documents apart, and
+    pick the first hit; among one document's pages they outvote what the question asks (see the
+    rerank in `search_queries`), so that document's own search orders the rest. Which chunks are hit
+    stays the search's across documents: a report series' paragraph only exact matches find is kept.
+    """
+    queued = {}
+    for document, pages in page_order.items():
+        rank = {page: index for index, page in enumerate(dict.fromkeys(pages))}
+        mine = [hit for hit, place in zip(hits[1:], slots[1:], strict=True) if place == document]
+        queued[document] = sorted(mine, key=lambda hit: rank.get(hit.page, len(rank)))
+    return hits[:1] + [
+        queued[place].pop(0).model_copy(update={"score": hit.score}) if place in queued else hit
+        for hit, place in zip(hits[1:], slots[1:], strict=True)
+    ]
 
 
 POINTED_PAGES_FIRST = 3  # "pages 3 to 10" must not fill the first hits with one page each
