@@ -354,8 +354,8 @@ def pages_in_document_order(
 ) -> list[Hit]:
     """The hits of a search across documents with each document's hits after the first (`slots`: each
     hit's document id) reordered among its places by their pages' order in that document's own search
-    (`page_order`), hits on pages it did not rank last. A place keeps its score, so the hits stay in
-    score order.
+    (`page_order`), hits on pages it did not rank last. A place keeps its score: the scores read as
+    they did, place by place.
 
     Across documents, exact matches of the question's words tell near-identical documents apart, and
     pick the first hit; among one document's pages they outvote what the question asks (see the
