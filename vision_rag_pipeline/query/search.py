@@ -171,8 +171,10 @@ def _search(
     filters: Filters,
     config: RagConfig,
     document_ids: list[str] | None,
+    near: dict[str, tuple[int, str]] | None = None,
 ) -> list[Hit]:
-    """`search_queries` within `document_ids` (resolved; None: every document)."""
+    """`search_queries` within `document_ids` (resolved; None: every document); `near`: the query
+    picture's near-duplicates among them when already found (`PgVectorStore.near_duplicates`)."""
     question_texts = list(queries)
     pointers = analyze(queries[0][0]) if queries and queries[0][0] else QuestionPointers()
     if image is not None:
@@ -223,8 +225,12 @@ def _search(
         if mode in ("hybrid", "vector")
         else []
     )
-    near: dict[str, tuple[int, str]] = {}
-    if image is not None and image.perceptual_hash and retrieval.near_duplicate_bits is not None:
+    if (
+        near is None
+        and image is not None
+        and image.perceptual_hash
+        and retrieval.near_duplicate_bits is not None
+    ):
         near = store.near_duplicates(
             image.perceptual_hash,
             retrieval.near_duplicate_bits + retrieval.near_duplicate_margin,
@@ -232,6 +238,7 @@ def _search(
             kinds=filters.kinds,
             metadata=filters.metadata,
         )
+    near = near or {}
     pointed = (
         Pointers(pointers.page_names, list(pointers.positions), pointers.references)
         if pointers.points_into_document and retrieval.pointer_weight
@@ -340,7 +347,19 @@ def _search(
             document: [
                 hit.page
                 for hit in _search(
-                    question_texts, max(retrieval.rerank_depth, k), mode, image, filters, config, [document]
+                    question_texts,
+                    max(retrieval.rerank_depth, k),
+                    mode,
+                    image,
+                    filters,
+                    config,
+                    [document],
+                    # the picture's near-duplicates in this document: those found across documents
+                    {
+                        cid: v
+                        for cid, v in near.items()
+                        if cid in chunks and chunks[cid].document_id == document
+                    },
                 )
             ]
             for document in ordered
