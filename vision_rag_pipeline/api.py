@@ -21,8 +21,11 @@ that waited `IMAGE_QUERY_WAIT_SECONDS` in vain 429, and while the index database
 restarted when it is the embedded one) 503 with Retry-After. Every error is JSON with a `detail`,
 unexpected ones included (500).
 
-With `VISION_RAG_API_TOKEN` set, every endpoint but the docs wants `Authorization: Bearer <token>`
-(401 otherwise); `serve` refuses a non-loopback address without one.
+With `VISION_RAG_API_TOKEN` set (16 characters or more), every endpoint but the docs wants
+`Authorization: Bearer <token>` (401 otherwise); `serve` refuses a non-loopback address without one.
+Without a token only requests addressed to this machine are answered: `Host` a loopback name and
+`Origin`, if any, a loopback origin on the same port (403 otherwise), so a web page can neither post
+to the API (CSRF) nor reach it through a name of its own that resolves to 127.0.0.1 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import psycopg
 from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
@@ -60,6 +64,7 @@ from vision_rag_pipeline.core.config import (
     require_shared_stores,
 )
 from vision_rag_pipeline.core.postgres import DatabaseUnavailable, DiskFullError, connect
+from vision_rag_pipeline.core.printable import printable_name
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.documents.inbox import DOCUMENT_SUFFIXES
 from vision_rag_pipeline.documents.intake import IngestQueue, IngestStatus
@@ -178,6 +183,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     said = {
         400: "malformed request body (e.g. a multipart body that cannot be parsed)",
         401: "missing or wrong API token (only when VISION_RAG_API_TOKEN is set)",
+        403: "without VISION_RAG_API_TOKEN: a Host that is not a loopback name, or an Origin of another site",
         404: "unknown rag_config or document",
         413: "request body, file or image over its limit",
         415: "not an MHTML web archive or a PDF, a file name the inbox skips, or an image that does not decode",
@@ -353,12 +359,14 @@ def _give_back_memory() -> None:
 
 
 def _inbox_name(upload: UploadFile) -> str:
-    """The upload's file name, if the inbox would take it: 415 with the reason otherwise (the sensor
-    would skip the file, so it would sit there, never indexed)."""
-    name = Path(upload.filename or "").name
-    problem = _text_problem(name)
+    """The upload's file name reduced to printable characters (no line break, escape sequence or
+    bidi mark reaches the inbox, the registry or a terminal), if the inbox would take it: 415 with
+    the reason otherwise (the sensor would skip the file, so it would sit there, never indexed)."""
+    given = Path(upload.filename or "").name
+    problem = _text_problem(given)
     if problem:
         raise unprocessable(f"upload: invalid file name {upload.filename!r} ({problem})", "files")
+    name = printable_name(given)
     if len(name.encode()) > MAX_NAME_CHARS:
         raise unprocessable(f"upload: file name over {MAX_NAME_CHARS} bytes: {name[:40]!r}...", "files")
     if not name.strip():
@@ -462,7 +470,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         status_code=202,
         response_model=UploadResponse,
         summary="Add documents to the index",
-        responses=_errors(400, 401, 404, 413, 415, 503, 507),
+        responses=_errors(400, 401, 403, 404, 413, 415, 503, 507),
     )
     def upload(
         files: Annotated[
@@ -505,7 +513,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/documents/{document_id}",
         response_model=IngestStatus,
         summary="Where an uploaded document's ingestion stands",
-        responses=_errors(401, 404, 503),
+        responses=_errors(401, 403, 404, 503),
     )
     def document_status(document_id: Annotated[str, PathParameter(max_length=200)]) -> IngestStatus:
         status = IngestQueue().get(document_id)
@@ -517,7 +525,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/health",
         response_model=HealthResponse,
         summary="Whether the server can reach its index database",
-        responses=_errors(401, 503),
+        responses=_errors(401, 403, 503),
     )
     def health() -> HealthResponse | JSONResponse:
         try:
@@ -531,7 +539,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/search",
         response_model=SearchResponse,
         summary="Hybrid search by text and/or image",
-        responses=_errors(400, 401, 404, 413, 415, 429, 503),
+        responses=_errors(400, 401, 403, 404, 413, 415, 429, 503),
     )
     def search_endpoint(request: SearchRequest) -> SearchResponse:
         config = resolve_config(request.rag_config)
@@ -557,7 +565,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/chat",
         response_model=Answer,
         summary="Answer with verbatim, located citations",
-        responses=_errors(400, 401, 404, 413, 415, 429, 503),
+        responses=_errors(400, 401, 403, 404, 413, 415, 429, 503),
     )
     def chat(request: ChatRequest) -> Answer:
         config = resolve_config(request.rag_config)
@@ -575,7 +583,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         "/enrichment-services/media-enrichment",
         response_model=MediaEnrichmentResponse,
         summary="Classify and describe up to 10 images",
-        responses=_errors(400, 401, 404, 413, 415, 429, 503),
+        responses=_errors(400, 401, 403, 404, 413, 415, 429, 503),
     )
     def enrichment(request: MediaEnrichmentRequest) -> MediaEnrichmentResponse:
         config = resolve_config(request.rag_config)
@@ -643,6 +651,9 @@ class _Guard:
                 [(b"www-authenticate", b"Bearer")],
             )
             return
+        if not self.token and (refusal := foreign_request(headers.get("host", ""), headers.get("origin"))):
+            await _reply(send, 403, refusal)
+            return
         limit = body_limit(scope["path"])
         length = headers.get("content-length", "")
         if length and (not length.isdigit() or int(length) > limit):
@@ -681,6 +692,43 @@ async def _reply(send: Send, status: int, detail: str, headers: list[tuple[bytes
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def foreign_request(host: str, origin: str | None) -> str | None:
+    """Why a request to an API without a token is refused, or None when it may be answered.
+
+    Without a token the API trusts whoever can reach it, which on a loopback address means this
+    machine's users, but also any web page its browser shows: a page may send a cross-origin POST
+    (CSRF), and a name the page's site resolves to 127.0.0.1 puts its own name in `Host` (DNS
+    rebinding). So `Host` must be a loopback name and `Origin`, when a browser sends one, a
+    loopback origin on the same port.
+    """
+    addressed = _host_and_port(host, "http")
+    if addressed is None or not is_loopback(addressed[0]):
+        return (
+            f"Host {host!r} is not a loopback name: without {API_TOKEN_ENV} the API answers only "
+            "requests addressed to this machine (localhost, 127.0.0.1, ::1)"
+        )
+    if origin is None:
+        return None
+    scheme = origin.partition("://")[0].lower()
+    came_from = _host_and_port(origin.partition("://")[2], scheme) if scheme in ("http", "https") else None
+    if came_from is None or not is_loopback(came_from[0]) or came_from[1] != addressed[1]:
+        return (
+            f"Origin {origin!r} is another site: without {API_TOKEN_ENV} the API answers web pages "
+            "of its own origin only"
+        )
+    return None
+
+
+def _host_and_port(netloc: str, scheme: str) -> tuple[str, int] | None:
+    """(host name, port) of a `Host` header or an origin's authority, the scheme's default port when
+    none is given; None when it does not parse."""
+    try:
+        parts = urlsplit(f"//{netloc}")
+        return (parts.hostname or "", parts.port or (443 if scheme == "https" else 80))
+    except ValueError:
+        return None
 
 
 class UnsafeBindError(RuntimeError):

@@ -177,6 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Where uploads stand (the API's queue): pending, running, ingested, or failed with the reason."""
+    from vision_rag_pipeline.core.printable import escape_unprintable
     from vision_rag_pipeline.documents.intake import IngestQueue
 
     entries = IngestQueue().all(args.document_ids or None)
@@ -184,15 +185,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         _print_json([entry.model_dump(mode="json") for entry in entries])
     else:
         if not entries:
-            print(
-                "no uploads queued" + (f" under {', '.join(args.document_ids)}" if args.document_ids else "")
-            )
-        for entry in entries:
+            asked = escape_unprintable(", ".join(args.document_ids))
+            print("no uploads queued" + (f" under {asked}" if args.document_ids else ""))
+        for entry in entries:  # names and reasons came from outside: one line each, nothing that acts
             reason = f": {entry.reason}" if entry.reason and entry.status != "ingested" else ""
-            print(
+            line = (
                 f"{entry.status:8} {entry.name} ({entry.document_id}), {entry.attempts} attempt(s), "
                 f"{entry.updated_at:%Y-%m-%d %H:%M:%S}{reason}"
             )
+            print(escape_unprintable(line))
     return 1 if any(entry.status == "failed" for entry in entries) else 0
 
 

@@ -13,8 +13,11 @@ import json
 import os
 import select
 import socket
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -63,6 +66,68 @@ def test_serve_refuses_a_network_address_without_a_token(
     assert main(["serve", "--host", "0.0.0.0"]) == 2
     error = capsys.readouterr().err
     assert "refusing to listen on 0.0.0.0" in error and "VISION_RAG_API_TOKEN" in error
+
+
+@pytest.mark.parametrize("token", [" ", "short-token", "sixteen chars ok", "tab\tin-the-token-123"])
+def test_a_guessable_token_is_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], token: str
+) -> None:
+    """A token of one space let `--host 0.0.0.0` start; a token is 16 printable characters or more."""
+    monkeypatch.setenv("VISION_RAG_API_TOKEN", token)
+    for host in ("0.0.0.0", "127.0.0.1"):
+        assert main(["serve", "--host", host]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and "VISION_RAG_API_TOKEN must be at least 16" in error, error
+        assert token.strip() not in error or not token.strip(), "the token itself is not printed"
+
+
+def _request(url: str, headers: dict[str, str], body: bytes | None = None, content_type: str = "") -> int:
+    sent = {"Content-Type": content_type} if content_type else {}
+    request = urllib.request.Request(url, data=body, headers={**sent, **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        assert json.loads(error.read())["detail"]
+        return error.code
+
+
+def test_without_a_token_only_requests_addressed_to_this_machine_are_answered(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """DNS rebinding and CSRF: `curl -H 'Host: attacker.example' -H 'Origin: http://attacker.example'
+    -F files=@x.pdf :8101/upload` was 202."""
+    monkeypatch.delenv("VISION_RAG_API_TOKEN", raising=False)
+    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
+    pdf = b"%PDF-1.4\n%%EOF\n"
+    with serving(create_app(ingest_on_upload=False)) as url:
+        port = urllib.parse.urlsplit(url).port
+        here = f"127.0.0.1:{port}"
+        foreign = [
+            {"Host": "attacker.example", "Origin": "http://attacker.example"},
+            {"Host": f"attacker.example:{port}"},
+            {"Host": here, "Origin": "http://attacker.example"},
+            {"Host": here, "Origin": f"http://attacker.example:{port}"},
+            {"Host": here, "Origin": "null"},
+            {"Host": here, "Origin": "http://127.0.0.1:1"},
+        ]
+        for headers in foreign:
+            payload, content_type = multipart([("x.pdf", pdf)], {})
+            assert _request(f"{url}/upload", headers, payload, content_type) == 403, headers
+            assert _request(f"{url}/health", headers) == 403, headers
+        assert not (tmp_path / "inbox").exists() or not list((tmp_path / "inbox").iterdir())
+        own = [
+            {},
+            {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"},
+            {"Host": f"[::1]:{port}", "Origin": f"http://127.0.0.1:{port}"},
+        ]
+        for headers in own:
+            payload, content_type = multipart([("x.pdf", pdf)], {})
+            assert _request(f"{url}/upload", headers, payload, content_type) == 202, headers
+    monkeypatch.setenv("VISION_RAG_API_TOKEN", TOKEN)  # behind a proxy: the token decides, not the names
+    with serving(create_app(ingest_on_upload=False)) as url:
+        foreign_with_token = {"Host": "rag.example.org", "Origin": "https://app.example.org", **AUTH}
+        assert _request(f"{url}/health", foreign_with_token) == 200
 
 
 @pytest.mark.parametrize(
@@ -204,6 +269,54 @@ def test_upload_file_names_that_cannot_be_files_are_422(guarded: str) -> None:
         payload, content_type = multipart([(name, pdf)], {})
         status, body = call(f"{guarded}/upload", payload, content_type, headers=AUTH)
         assert status == 422 and "file name" in body["detail"][0]["msg"], name
+
+
+HOSTILE_NAMES = {
+    "line1\nFAILED fake.pdf": "line1 FAILED fake.pdf",
+    "red\x1b[31mALERT\x1b[0m.pdf": "redALERT.pdf",
+    "title\x1b]0;pwned\x07.pdf": "title.pdf",
+    "report\u202efdp.exe.pdf": "report fdp.exe.pdf",
+    "zero\u200bwidth\tand\x7fdel.pdf": "zero width and del.pdf",
+}
+
+
+def test_upload_names_are_reduced_to_printable_characters_before_they_are_stored(
+    guarded: str, vision_rag_home: Path
+) -> None:
+    """A name `"line1\nFAILED fake.pdf"` made `vision-rag status` print a forged line; ANSI escapes
+    and right-to-left marks reached the terminal."""
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
+
+    for sent, kept in HOSTILE_NAMES.items():
+        payload, content_type = multipart([(sent, b"%PDF-1.4\n%%EOF\n" + sent.encode())], {})
+        status, body = call(f"{guarded}/upload", payload, content_type, headers=AUTH)
+        assert status == 202, (sent, body)
+        [document] = body["documents"]
+        assert document["name"] == kept
+        assert (vision_rag_home / "inbox" / kept).is_file()
+        assert Path(DocumentRegistry().get(document["document_id"]).source_path).name == kept
+
+
+def test_status_prints_each_upload_on_one_line_with_its_name_escaped(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows stored before names were reduced (or a reason quoting a name) print escaped, one line each."""
+    from vision_rag_pipeline.documents.intake import IngestQueue
+
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)  # no other server's worker claims these rows
+    queue = IngestQueue()
+    ids = []
+    for number, name in enumerate(HOSTILE_NAMES):
+        document_id = f"hostile-name-{number}"
+        queue.enqueue(document_id, name, f"/inbox/{document_id}.pdf")
+        ids.append(document_id)
+    capsys.readouterr()
+    main(["status", *ids])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(HOSTILE_NAMES)
+    assert not any(char in "".join(lines) for char in "\x1b\x07\u202e\u200b\t\x7f")
+    assert not any(line.startswith("FAILED") for line in lines)
+    assert any("line1\\nFAILED fake.pdf" in line for line in lines)
 
 
 JSON_VALUES = st.recursive(

@@ -431,9 +431,21 @@ def reindex_cron() -> str:
     return os.environ.get(REINDEX_CRON_ENV) or "0 3 * * *"
 
 
+MIN_API_TOKEN_CHARS = 16
+
+
 def api_token() -> str | None:
-    """The bearer token the HTTP API requires (`VISION_RAG_API_TOKEN`), or None: loopback use only."""
-    return os.environ.get(API_TOKEN_ENV) or None
+    """The bearer token the HTTP API requires (`VISION_RAG_API_TOKEN`), or None: loopback use only.
+    A token anyone could guess (shorter than 16 characters, a space) is refused, naming the variable."""
+    token = os.environ.get(API_TOKEN_ENV)
+    if not token:
+        return None
+    if len(token) < MIN_API_TOKEN_CHARS or not (token.isascii() and token.isprintable()) or " " in token:
+        raise ConfigError(
+            f"{API_TOKEN_ENV} must be at least {MIN_API_TOKEN_CHARS} printable ASCII characters without "
+            f"spaces (it has {len(token)}); e.g. `openssl rand -hex 24`"
+        )
+    return token
 
 
 @dataclass(frozen=True)
