@@ -80,8 +80,9 @@ def main() -> None:
     rng = random.Random(7)
     first = [text_image(rng, i) for i in range(args.images)]
     second = [text_image(rng, args.images + i) for i in range(args.images)]
-    config = RagConfig(domain=f"bench-{uuid.uuid4().hex[:8]}")
-    config.media_enrichment.ocr.max_workers = args.workers
+    config = RagConfig(domain=f"bench-{uuid.uuid4().hex[:8]}").with_settings(
+        {"media_enrichment": {"ocr": {"max_workers": args.workers}}}
+    )
     cache = None if args.no_cache else EnrichmentCache()
     report = {
         "cores": os.cpu_count(),

@@ -144,7 +144,7 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     os.environ["VISION_RAG_HOME"] = str(home)
 
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.embeddings.encoder import encode
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
     from vision_rag_pipeline.query.search import (
@@ -159,7 +159,7 @@ def main() -> None:
 
     rng = random.Random(5)
     sentences = corpus_sentences(args.corpus)
-    config = load_config()
+    config = config_in_effect().config
     model, precision = config.embedding.model, config.embedding.precision
     report: dict = {"chunks": args.chunks, "documents": DOCUMENTS, "sentences": len(sentences)}
     store = vector_store(model)

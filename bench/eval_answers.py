@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.real == (args.out_dir is not None):
         parser.error("give a generated set's folder or --real")
     use_home(args.home, fresh=False)
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.query.ask import ask
 
-    config = load_config()
+    config = config_in_effect().config
     config = config.model_copy(update={"answer": config.answer.model_copy(update={"use_llm": False})})
     questions = real_questions(args.corpus) if args.real else generated_questions(args.out_dir)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])

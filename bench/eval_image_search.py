@@ -107,7 +107,7 @@ def indexed_pictures() -> dict[str, set[str]]:
 def foreign_near_duplicates(corpus: Path, store: PgVectorStore, sample: int, rng: random.Random) -> dict:
     """Pictures from outside the index: the share that meets an indexed picture within N bits, and
     the share that search would put first as the picture it copies."""
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.documents.loader import load_document
     from vision_rag_pipeline.enrichment.preprocess import ImageError, load_image
     from vision_rag_pipeline.images.fingerprint import HASH_BITS, perceptual_hash
@@ -123,7 +123,7 @@ def foreign_near_duplicates(corpus: Path, store: PgVectorStore, sample: int, rng
     chosen = rng.sample(hashes, min(sample, len(hashes)))
     near = [store.near_duplicates(h, HASH_BITS) if h else {} for h in chosen]
     nearest = [min((d for d, _ in found.values()), default=HASH_BITS + 1) for found in near]
-    retrieval = load_config().retrieval
+    retrieval = config_in_effect().config.retrieval
     return {
         "pictures": len(chosen),
         "plain_no_hash": round(sum(h is None for h in chosen) / len(chosen), 3),
@@ -137,13 +137,13 @@ def foreign_near_duplicates(corpus: Path, store: PgVectorStore, sample: int, rng
 
 
 def run(corpus: Path, sample: int, k: int, seed: int) -> dict:
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.enrichment.preprocess import load_image
     from vision_rag_pipeline.images.store import ImageStore
     from vision_rag_pipeline.query.image_query import describe_query_image
     from vision_rag_pipeline.query.search import search_queries, vector_store
 
-    config = load_config()
+    config = config_in_effect().config
     without = config.model_copy(
         update={"retrieval": config.retrieval.model_copy(update={"near_duplicate_bits": None})}
     )

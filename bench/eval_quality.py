@@ -129,10 +129,10 @@ class PageBaseline:
     """Every page of every document as one unit: its PDF text layer, BM25 and MiniLM over it."""
 
     def __init__(self, documents: list[str], cache: Path) -> None:
-        from vision_rag_pipeline.core.config import load_config
+        from vision_rag_pipeline.core.config import config_in_effect
         from vision_rag_pipeline.embeddings.encoder import encode
 
-        self.model = load_config().embedding.model
+        self.model = config_in_effect().config.embedding.model
         self.encode = encode
         self.units: list[tuple[str, int]] = []
         self.texts: list[str] = []

@@ -164,10 +164,10 @@ def ask_baseline(questions: list[dict], k: int) -> list[dict]:
     """Rank each document's pages by BM25 + MiniLM over their text layer, fused by reciprocal rank."""
     import numpy as np
 
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.embeddings.encoder import encode
 
-    model = load_config().embedding.model
+    model = config_in_effect().config.embedding.model
     pages_of: dict[str, tuple[list[str], list[list[str]], np.ndarray]] = {}
     rows = []
     for question in questions:

@@ -181,11 +181,11 @@ def _match_pdf_image(image: object, entries: list[dict]) -> dict | None:
 def classifier_accuracy(doc_dir: Path, manifest: dict) -> dict:
     """Load each document with the project's loader, classify its images the way `image_verdicts`
     does, and compare with the manifest's expected verdicts (per loaded image occurrence)."""
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.documents.loader import load_document
     from vision_rag_pipeline.enrichment.classifier import classify_images
 
-    classifier = load_config().media_enrichment.features.classifier
+    classifier = config_in_effect().config.media_enrichment.features.classifier
     confusion: Counter[tuple[str, str, str]] = Counter()  # (manifest kind, expected, got)
     unmatched = 0
     mistakes = []

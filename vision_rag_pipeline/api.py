@@ -11,8 +11,8 @@
 - `POST /search`, `POST /chat`: hybrid search and cited answers for a `rag_config` and a query.
 - `POST /enrichment-services/media-enrichment`: the media-enrichment operation on up to 10 images.
 
-A `rag_config` id names the active config (`VISION_RAG_CONFIG` or the defaults) or a file
-`$VISION_RAG_HOME/configs/<id>.json|yaml`. Requests are validated by pydantic (422 with the
+A `rag_config` id names the config in effect (`VISION_RAG_CONFIG`, else `$VISION_RAG_HOME/config.yaml`)
+or a file `$VISION_RAG_HOME/configs/<id>.json|yaml`. Requests are validated by pydantic (422 with the
 failing field; every string field is bounded, and NUL bytes or lone surrogates anywhere are
 refused; `detail` is always the list of problems FastAPI's schema says), unknown configs are 404,
 oversized bodies 413 (counted on the stream, so a chunked body without Content-Length is cut off
@@ -58,6 +58,7 @@ from vision_rag_pipeline.core.config import (
     ConfigError,
     RagConfig,
     api_token,
+    config_in_effect,
     home,
     inbox_dir,
     load_config,
@@ -231,7 +232,7 @@ class MediaEnrichmentResponse(BaseModel):
 
 def resolve_config(config_id: str | None) -> RagConfig:
     """The active config, or `$VISION_RAG_HOME/configs/<id>.{json,yaml,yml}`; 404 when unknown."""
-    active = load_config()
+    active = config_in_effect().config
     if config_id is None or config_id == active.id:
         return active
     for suffix in (".json", ".yaml", ".yml"):

@@ -237,11 +237,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.core.config import load_config
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
     from vision_rag_pipeline.indexes.reindex import reindex
 
-    report = reindex(open_lexical_index(), load_config().embedding, reembed=args.reembed)
+    report = reindex(open_lexical_index(), config_in_effect().config.embedding, reembed=args.reembed)
     if args.json:
         _print_json(report.model_dump())
     else:
@@ -255,16 +255,27 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.core.config import config_source, load_config
+    from vision_rag_pipeline.core.config import config_in_effect
 
-    config = load_config()
+    in_effect = config_in_effect()
     if args.json:
-        _print_json(config.model_dump(mode="json"))
+        _print_json(in_effect.config.model_dump(mode="json"))
     else:
         import yaml
 
-        print(f"# source: {config_source() or 'built-in defaults'}")
-        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+        print(f"# source: {in_effect.describe()}")
+        print(
+            yaml.safe_dump(in_effect.config.model_dump(mode="json"), sort_keys=False, allow_unicode=True),
+            end="",
+        )
+    return 0
+
+
+def cmd_config_path(args: argparse.Namespace) -> int:
+    """The file every process of this home reads (written with the defaults on first use)."""
+    from vision_rag_pipeline.core.config import config_path
+
+    print(config_path())
     return 0
 
 
@@ -323,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", parents=[common], help="ingest the bundled sample documents and show example searches"
     )
-    demo.set_defaults(func=cmd_demo, starts_database=True)
+    demo.set_defaults(func=cmd_demo, starts_database=True, compares_config=True)
 
     ingest = sub.add_parser(
         "ingest", parents=[common], help="ingest MHTML/PDF files through the Dagster asset graph"
@@ -346,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue one run per changed file for the instance's run coordinator (the daemon, a cluster) "
         "instead of running them here; prints the run ids",
     )
-    ingest.set_defaults(func=cmd_ingest, starts_database=True)
+    ingest.set_defaults(func=cmd_ingest, starts_database=True, compares_config=True)
 
     search = sub.add_parser("search", parents=[common], help="hybrid / vector / lexical search")
     search.add_argument("text", nargs="?", metavar="TEXT")
@@ -354,21 +365,21 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("-k", type=int, default=5)
     search.add_argument("--mode", choices=("hybrid", "vector", "lexical"), default="hybrid")
     search.add_argument("--json", action="store_true")
-    search.set_defaults(func=cmd_search)
+    search.set_defaults(func=cmd_search, compares_config=True)
 
     enrich = sub.add_parser(
         "enrich", parents=[common], help="classify and enrich image files (the media-enrichment operation)"
     )
     enrich.add_argument("images", nargs="+", metavar="IMAGE")
     enrich.add_argument("--json", action="store_true")
-    enrich.set_defaults(func=cmd_enrich)
+    enrich.set_defaults(func=cmd_enrich, compares_config=True)
 
     ask = sub.add_parser("ask", parents=[common], help="answer a question with verbatim, located citations")
     ask.add_argument("question", metavar="QUESTION")
     ask.add_argument("--image", metavar="FILE", help="an image the question is about")
     ask.add_argument("-k", type=int, default=None, help="chunks retrieved for the context")
     ask.add_argument("--json", action="store_true", help="print {answer, citations, hits}")
-    ask.set_defaults(func=cmd_ask)
+    ask.set_defaults(func=cmd_ask, compares_config=True)
 
     serve = sub.add_parser(
         "serve", parents=[common], help="run the HTTP API (upload, search, chat, media enrichment)"
@@ -378,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(func=cmd_serve, compares_config=True)
 
     status = sub.add_parser(
         "status",
@@ -398,14 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--partitions", nargs="+", metavar="KEY", help="document partitions (default: all)")
     backfill.add_argument("--submit", action="store_true", help="queue a Dagster backfill for the daemon")
     backfill.add_argument("--json", action="store_true")
-    backfill.set_defaults(func=cmd_backfill)
+    backfill.set_defaults(func=cmd_backfill, compares_config=True)
 
     reindex = sub.add_parser(
         "reindex", parents=[common], help="rebuild the vector and lexical indexes aside and swap them in"
     )
     reindex.add_argument("--reembed", action="store_true", help="embed every chunk again")
     reindex.add_argument("--json", action="store_true")
-    reindex.set_defaults(func=cmd_reindex)
+    reindex.set_defaults(func=cmd_reindex, compares_config=True)
 
     db = sub.add_parser(
         "db", parents=[common], help="the embedded Postgres: status (exit 3 when stopped) or stop"
@@ -418,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", parents=[common], help="print the effective configuration")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_config_show)
+    path = config_sub.add_parser(
+        "path",
+        parents=[common],
+        help="print the config file in effect (VISION_RAG_CONFIG, else $VISION_RAG_HOME/config.yaml)",
+    )
+    path.set_defaults(func=cmd_config_path)
     return parser
 
 
@@ -430,15 +447,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SplitBrainError as exc:
         print(f"vision-rag: {exc}", file=sys.stderr)
         return 2
-    with _index_database_starting(getattr(args, "starts_database", False)):
+    with _index_database_starting(
+        getattr(args, "starts_database", False), compare_config=getattr(args, "compares_config", False)
+    ):
         return _run_command(args)
 
 
 @contextmanager
-def _index_database_starting(start: bool) -> Iterator[None]:
+def _index_database_starting(start: bool, compare_config: bool = False) -> Iterator[None]:
     """Start the index database (on a new home: initdb, ~0.8 s) on a thread while Dagster imports
-    (~2 s); joined on the way out, so an early exit never leaves a half-made cluster behind."""
-    if not start:
+    (~2 s); joined on the way out, so an early exit never leaves a half-made cluster behind.
+
+    With `compare_config` the thread then says, once, when this process' config differs from the one
+    the deployment's runs last used (`core/config_in_use.py`): before this command's own runs record theirs.
+    """
+    if not start and not compare_config:
         yield
         return
 
@@ -449,6 +472,15 @@ def _index_database_starting(start: bool) -> Iterator[None]:
     def start_database() -> None:
         with suppress(Exception):  # best effort: the command's own first use reports the reason
             database_url()
+            if compare_config:
+                from vision_rag_pipeline.core.config import config_in_effect
+                from vision_rag_pipeline.core.config_in_use import last_config_used, say_once_if_different
+
+                say_once_if_different(
+                    config_in_effect(),
+                    last_config_used(),
+                    lambda line: print(f"vision-rag: {line}", file=sys.stderr),
+                )
 
     thread = threading.Thread(target=start_database, name="start-index-database")
     thread.start()

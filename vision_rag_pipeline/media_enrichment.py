@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, image_mime
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
@@ -73,7 +73,7 @@ def media_enrichment(
             f"media_enrichment: {len(items)} images, at most {MAX_IMAGES_PER_REQUEST} per request"
         )
     images = [_request_image(i, item) for i, item in enumerate(items)]
-    base = config or load_config()
+    base = config or config_in_effect().config
     data = base.model_dump()
     data["domain"] = request.get("domain", base.domain)
     data["config_version"] = request.get("config_version", base.config_version)
@@ -111,7 +111,7 @@ def media_enrichment(
 
 def enrich_files(paths: list[Path]) -> list[dict[str, Any]]:
     """`vision-rag enrich`: one media-enrichment request per file, with the configured cache and endpoint."""
-    config = load_config()
+    config = config_in_effect().config
     cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
     vision = vision_client_from_env(config.media_enrichment.provider)
     results = []

@@ -41,6 +41,27 @@ def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.kill(int(postmaster.read_text().split()[0]), signal.SIGINT)  # fast shutdown
 
 
+@pytest.fixture(autouse=True)
+def config_read_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A process reads its config once (`config_in_effect`); a test is a process of its own in that
+    respect, so one that names another file through VISION_RAG_CONFIG gets it. What its runs recorded
+    as the config last used (`core/config_in_use.py`) goes with it: the next test's CLI would
+    otherwise say, rightly, that its config differs."""
+    from vision_rag_pipeline.core.config import config_in_effect
+    from vision_rag_pipeline.core.config_in_use import forget_said
+
+    config_in_effect.cache_clear()
+    forget_said()
+    yield
+    config_in_effect.cache_clear()
+    if "pg_url" in request.fixturenames:
+        from vision_rag_pipeline.core.postgres import connect
+
+        with connect(request.getfixturevalue("pg_url")) as conn:
+            if conn.execute("SELECT to_regclass('config_in_use')").fetchone()[0]:
+                conn.execute("DELETE FROM config_in_use")
+
+
 @pytest.fixture(scope="session")
 def pg_url(vision_rag_home: Path) -> str:
     """The embedded Postgres + pgvector, or VISION_RAG_PG_URL when the caller set one."""

@@ -3,9 +3,12 @@ on a temporary instance: what a user of the inbox sees, not what a sensor functi
 
 One deployment for the module, in scenario order: a file dropped into the inbox is ingested and
 searchable; a vision-prompt edit without a vision model launches nothing; a keyword-count change in the
-config file re-enriches its partition without any reload; deleting
+config file re-enriches its partition once the daemon's code server loaded it (`dagster-daemon run`
+starts a new one every minute); deleting
 the file removes its rows from both indexes; the nightly reindex, its cron set by
-VISION_RAG_REINDEX_CRON to one minute inside the test's window, is launched by the scheduler. Runs are
+VISION_RAG_REINDEX_CRON to one minute inside the test's window, is launched by the scheduler; a
+`vision-rag ingest` without the daemon's VISION_RAG_CONFIG reads the home's config file and says, as
+the daemon's sensor does, that the two differ, naming both files. Runs are
 queued one at a time (`concurrency.runs.max_concurrent_runs: 1`): the machine is small, and a reindex racing a
 removal is not what these tests are about.
 """
@@ -30,10 +33,12 @@ import psutil
 import psycopg
 import pytest
 import yaml
+from dagster._core.definitions.instigation_logger import get_instigation_log_records
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.scheduler.instigation import TickStatus
+from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from vision_rag_pipeline.core.config import read_config_file
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.runner import write_local_instance_config
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
@@ -44,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 PDF = REPO / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_operations_review.pdf"
 TICK_SECONDS = 5
 RUN_TIMEOUT = 240  # a whole ingest run takes ~5 s, several times that on a busy two-core machine
+RELOAD_TIMEOUT = 150  # the daemon starts a new code server every 60 s; it then imports the project
 STALE_AFTER_ENRICHMENT_CHANGE = {
     "image_enrichments",
     "document_chunks",
@@ -93,6 +99,31 @@ def finished_run(deployment: Deployment, what: str, **tags: str) -> dg.DagsterRu
         return None
 
     return wait_for(what, done, deployment, RUN_TIMEOUT)
+
+
+def sensor_ticks(deployment: Deployment, name: str) -> list[InstigatorTick]:
+    """The sensor's ticks, newest first."""
+    for state in deployment.instance.all_instigator_state():
+        if state.instigator_name == name:
+            return list(deployment.instance.get_ticks(state.instigator_origin_id, state.selector_id))
+    return []
+
+
+def edit_config_and_wait_for_the_daemon_to_load_it(deployment: Deployment, text: str) -> str:
+    """Write the config file; return once a version-sensor tick compared with it (its skip reason
+    names the settings it compared with). Returns the new settings' short hash."""
+    deployment.config.write_text(text)
+    settings = read_config_file(deployment.config).sha256[:12]
+    wait_for(
+        "the daemon's code server to load the edited config",
+        lambda: any(
+            f"(settings {settings})" in (tick.skip_reason or "")
+            for tick in sensor_ticks(deployment, "version_sensor")[:3]
+        ),
+        deployment,
+        RELOAD_TIMEOUT,
+    )
+    return settings
 
 
 def _kill_tree(process: subprocess.Popen) -> None:
@@ -195,20 +226,21 @@ def test_a_dropped_file_is_partitioned_ingested_and_searchable(deployment: Deplo
 
 
 def test_a_prompt_edit_without_a_vision_model_launches_no_run(deployment: Deployment):
-    deployment.config.write_text(
-        "id: daemon-test\nmedia_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n"
+    edit_config_and_wait_for_the_daemon_to_load_it(
+        deployment,
+        "id: daemon-test\nmedia_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n",
     )
-    time.sleep(3 * TICK_SECONDS)  # the prompt shapes no output offline: nothing to re-read
+    time.sleep(2 * TICK_SECONDS)  # the prompt shapes no output offline: nothing to re-read
     assert not runs(deployment, **{"dagster/sensor_name": "version_sensor"})
 
 
-def test_a_setting_change_re_enriches_the_partition_without_a_reload(
+def test_a_setting_change_re_enriches_the_partition_once_the_daemon_loaded_it(
     deployment: Deployment, document_id: str
 ):
     from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, code_versions
 
     deployment.config.write_text("id: daemon-test\nmedia_enrichment: {fusion: {max_keywords: 6}}\n")
-    new_version = code_versions()["image_enrichments"]  # this process reads the file just written
+    new_version = code_versions(read_config_file(deployment.config).config)["image_enrichments"]
 
     run = finished_run(deployment, "the re-enrichment run", **{"dagster/sensor_name": "version_sensor"})
 
@@ -272,3 +304,33 @@ def test_no_sensor_or_schedule_tick_failed(deployment: Deployment):
         )
     }
     assert not failed
+
+
+def test_a_cli_without_the_daemons_config_reads_the_home_file_and_both_sides_say_they_differ(
+    deployment: Deployment, tmp_path: Path
+):
+    """The issue's case: `dagster dev` with VISION_RAG_CONFIG set, `vision-rag ingest` without it."""
+    env = {name: value for name, value in deployment.env.items() if name != "VISION_RAG_CONFIG"}
+    vision_rag = str(Path(sys.executable).parent / "vision-rag")
+    home_config = Path(env["VISION_RAG_HOME"]) / "config.yaml"
+    document = Path(shutil.copy(PDF, tmp_path / "from-the-cli.pdf"))
+
+    ingest = subprocess.run([vision_rag, "ingest", str(document)], env=env, capture_output=True, text=True)
+
+    assert ingest.returncode == 0, ingest.stderr
+    [said] = [
+        line for line in ingest.stderr.splitlines() if "differs from the one the last runs used" in line
+    ]
+    assert str(home_config) in said and str(deployment.config) in said
+    path = subprocess.run([vision_rag, "config", "path"], env=env, capture_output=True, text=True, check=True)
+    assert path.stdout.strip() == str(home_config) and home_config.is_file()
+
+    def daemon_said() -> bool:  # the CLI's run is now the last: the daemon's side differs
+        for tick in sensor_ticks(deployment, "version_sensor")[:5]:
+            for record in get_instigation_log_records(deployment.instance, tick.log_key or []):
+                message = str(record.get("msg", ""))
+                if str(deployment.config) in message and str(home_config) in message:
+                    return True
+        return False
+
+    wait_for("the version sensor to say its config differs", daemon_said, deployment, RELOAD_TIMEOUT)

@@ -163,7 +163,9 @@ def test_key_ignores_ocr_worker_count_but_not_the_engine_or_image() -> None:
 
 def test_key_follows_key_format() -> None:
     config = _config(**{"domain": "intranet", "config_version": "v7"})
-    config.media_enrichment.features.cache.key_format = "img:{domain}:{config_version}:{hash}"
+    config = config.with_settings(
+        {"media_enrichment": {"features": {"cache": {"key_format": "img:{domain}:{config_version}:{hash}"}}}}
+    )
     key = cache_key(IMAGE, config, "offline")
     assert key.startswith("img:intranet:v7:") and len(key.rsplit(":", 1)[1]) == 64
 

@@ -59,9 +59,7 @@ def tracking_pixel() -> DocumentImage:
 def fresh_config(**mllm: object) -> RagConfig:
     """A config with its own domain, so cache entries of other tests never match."""
     config = RagConfig(domain=f"test-{uuid.uuid4().hex[:12]}")
-    for name, value in mllm.items():
-        setattr(config.media_enrichment.features.mllm, name, value)
-    return config
+    return config.with_settings({"media_enrichment": {"features": {"mllm": mllm}}})
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +102,15 @@ def test_cold_then_warm_cache_then_a_prompt_edit_then_a_keyword_change(
     }
 
     # No vision model: the prompt shapes nothing, so editing it reads no image again.
-    config.media_enrichment.features.mllm.prompt = "List every number in the image."
+    config = config.with_settings(
+        {"media_enrichment": {"features": {"mllm": {"prompt": "List every number in the image."}}}}
+    )
     edited = enrich_document_images(images, verdicts, config, cache, "report.mhtml")
     assert (edited.calls, edited.cache_hits) == (0, 3)
 
-    config.media_enrichment.fusion.max_keywords = 5  # shapes the Meta-Content offline too
+    config = config.with_settings(
+        {"media_enrichment": {"fusion": {"max_keywords": 5}}}
+    )  # shapes it offline too
     changed = enrich_document_images(images, verdicts, config, cache, "report.mhtml")
     assert (changed.calls, changed.cache_hits) == (3, 0)
 
@@ -264,8 +266,7 @@ def test_vision_failure_falls_back_to_ocr_and_is_not_cached(
 ) -> None:
     server.default = failure
     img = text_images[1]
-    config = fresh_config()
-    config.media_enrichment.fusion.use_llm = False
+    config = fresh_config().with_settings({"media_enrichment": {"fusion": {"use_llm": False}}})
     verdicts = classify_images([img], config.media_enrichment.features.classifier)
     batch = enrich_document_images([img], verdicts, config, cache, "doc", vision=vision)
 

@@ -129,6 +129,7 @@ def test_reindex_re_embeds_vectors_of_another_model_of_the_same_dimension(
     vectors, which no query embedded by the new model is comparable with."""
     from vision_rag_pipeline.chunks.model import embedding_text
     from vision_rag_pipeline.cli import SAMPLES, main
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.core.postgres import connect
     from vision_rag_pipeline.embeddings.encoder import encode
 
@@ -158,6 +159,7 @@ def test_reindex_re_embeds_vectors_of_another_model_of_the_same_dimension(
         else {"precision": "int8"}
     )
     config.write_text(json.dumps({"embedding": new}))
+    config_in_effect.cache_clear()  # the next `vision-rag` process reads the edited file
     capsys.readouterr()
     assert main(["reindex", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

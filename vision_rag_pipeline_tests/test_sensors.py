@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.config import INBOX_ENV, INBOX_SETTLE_ENV
+from vision_rag_pipeline.core.config import INBOX_ENV, INBOX_SETTLE_ENV, config_in_effect
 from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
@@ -387,13 +387,22 @@ def test_removed_partitions_are_left_alone(instance):
     assert not version_tick(instance).run_requests
 
 
-def test_a_config_file_change_is_seen_without_reloading_the_definitions(instance, tmp_path, monkeypatch):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a")  # with the versions the definitions were loaded with
+def test_an_edited_config_waits_for_the_code_location_to_load_it(instance, tmp_path, monkeypatch):
+    """The sensor compares with the config its process read; runs started after an edit read the new
+    file, so it stands by (saying why) until its code location loads the file again."""
     config = tmp_path / "rag.yaml"
-    config.write_text("media_enrichment: {fusion: {max_keywords: 5}}\n")
+    config.write_text("id: before\n")
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a")
+    assert not version_tick(instance).run_requests
+    config.write_text("media_enrichment: {fusion: {max_keywords: 5}}\n")
 
+    waiting = version_tick(instance)
+
+    assert not waiting.run_requests
+    assert f"{config} changed since this code location read it" in waiting.skip_reason.skip_message
+    config_in_effect.cache_clear()  # the code location loads again (dagster-daemon run: every minute)
     assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
 
 
@@ -421,5 +430,6 @@ def test_a_prompt_edit_with_a_vision_model_re_enriches(instance, tmp_path, monke
     config = tmp_path / "rag.yaml"
     config.write_text(PROMPT_EDIT)
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    config_in_effect.cache_clear()  # the code location loads with the edited file
 
     assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}

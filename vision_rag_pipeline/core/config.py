@@ -1,8 +1,9 @@
 """The RAG config (one validated document) and every environment variable the package reads.
 
 What this module holds: the pydantic `RagConfig` with every setting that shapes what the pipeline
-produces, `load_config` (the file named by `VISION_RAG_CONFIG`, JSON or YAML, or the built-in
-defaults), and one reader per environment variable: where local state lives (`VISION_RAG_HOME`,
+produces, `config_in_effect` (the one config of this process: the file `VISION_RAG_CONFIG` names, else
+`$VISION_RAG_HOME/config.yaml`, created on first use; read once, immutable), `load_config` (any
+config file, JSON or YAML), and one reader per environment variable: where local state lives (`VISION_RAG_HOME`,
 `DAGSTER_HOME`, `VISION_RAG_INBOX`), which servers hold the index (`VISION_RAG_PG_URL`,
 `VISION_RAG_ES_*`), the vision endpoint (`OPENAI_*`, `AZURE_OPENAI_*`), how work is spread
 (`VISION_RAG_THREADS`, `VISION_RAG_INGEST_WORKERS`, `VISION_RAG_EXECUTOR`, `VISION_RAG_MULTI_NODE`,
@@ -13,9 +14,11 @@ Every other module asks here, so this file is the list of what a deployment can 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -37,7 +40,9 @@ INBOX_SETTLE_ENV = "VISION_RAG_INBOX_SETTLE_SECONDS"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Frozen: a process resolves its config once (`config_in_effect`) and every module reads that
+    # one object; a variant is a copy (`model_copy(update=...)`), never an edit in place.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LoaderConfig(_Strict):
@@ -272,16 +277,26 @@ class RagConfig(_Strict):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     answer: AnswerConfig = Field(default_factory=AnswerConfig)
 
+    def with_settings(self, settings: dict[str, Any]) -> RagConfig:
+        """A validated copy with `settings` (nested like the file, e.g. `{"splitter": {"chunk_size": 500}}`)
+        merged over these: the config is frozen, a variant is a new object."""
+        return RagConfig.model_validate(_merged(self.model_dump(), settings))
+
+
+def _merged(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in settings.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = _merged(base[key], value) if nested else value
+    return merged
+
 
 class ConfigError(ValueError):
     """The config file is missing or invalid; the message names the file."""
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> RagConfig:
-    """Read the config file (`VISION_RAG_CONFIG` when no path is given) or return the defaults."""
-    path = path or config_source()
-    if not path:
-        return RagConfig()
+def load_config(path: str | os.PathLike[str]) -> RagConfig:
+    """Read and validate one config file (JSON by its suffix, else YAML; an empty file is the defaults)."""
     p = Path(path)
     try:
         raw = p.read_text(encoding="utf-8")
@@ -294,9 +309,72 @@ def load_config(path: str | os.PathLike[str] | None = None) -> RagConfig:
         raise ConfigError(f"{p}: invalid config: {exc}") from exc
 
 
-def config_source() -> str | None:
-    """The config file `VISION_RAG_CONFIG` names, or None for the built-in defaults."""
-    return os.environ.get(CONFIG_ENV) or None
+CONFIG_FILE_NAME = "config.yaml"
+_DEFAULT_CONFIG_FILE = """\
+# The RAG config of vision-rag. Every process (the CLI, `dagster dev`, the daemon and its code server,
+# `vision-rag serve`, run workers) reads this file unless VISION_RAG_CONFIG names another, once, when
+# it starts. A setting left out takes its default; `vision-rag config show` prints them all.
+# After an edit the version sensor re-runs what the changed settings shape (README, "Living with it").
+id: default
+"""
+
+
+def config_path() -> Path:
+    """The config file of this deployment: the one `VISION_RAG_CONFIG` names, else
+    `$VISION_RAG_HOME/config.yaml`, written (the defaults, one comment) on first use, so that every
+    process started with the same home, whatever its environment, reads the same file."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return Path(named).expanduser().resolve()
+    path = home() / CONFIG_FILE_NAME
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{CONFIG_FILE_NAME}.{os.getpid()}")
+        partial.write_text(_DEFAULT_CONFIG_FILE, encoding="utf-8")
+        try:
+            os.link(partial, path)  # never replaces a file another process (or the user) wrote first
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+    return path
+
+
+def settings_sha256(config: RagConfig) -> str:
+    """A hash of the validated settings: two files holding the same settings (comments, order and
+    spelled-out defaults aside) have the same one."""
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ConfigInEffect:
+    """The config a process works with, and the file it came from."""
+
+    path: Path
+    config: RagConfig
+    sha256: str  # settings_sha256(config)
+
+    def describe(self) -> str:
+        return f"{self.path} (settings {self.sha256[:12]})"
+
+    def file_now(self) -> ConfigInEffect:
+        """The file as it reads now: another config when it was edited since this process read it."""
+        return read_config_file(self.path)
+
+
+def read_config_file(path: Path) -> ConfigInEffect:
+    config = load_config(path)
+    return ConfigInEffect(path, config, settings_sha256(config))
+
+
+@cache
+def config_in_effect() -> ConfigInEffect:
+    """The config of this process, resolved once: code versions, host inputs, assets, sensors, the
+    CLI and the API all read this object, so nothing in one process works with another config. An
+    edited file takes effect in processes started after the edit (the daemon's code server is one:
+    `dagster-daemon run` starts a new one every minute)."""
+    return read_config_file(config_path())
 
 
 def home() -> Path:

@@ -1,4 +1,5 @@
-"""Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect."""
+"""Every Dagster object of the project in one `Definitions`, each asset versioned by the config in effect
+(resolved once per process: `core.config.config_in_effect`)."""
 
 import warnings
 

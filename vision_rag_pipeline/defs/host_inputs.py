@@ -25,7 +25,7 @@ from functools import cache
 
 import dagster as dg
 
-from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect
 from vision_rag_pipeline.core.content_hash import directory_sha256
 from vision_rag_pipeline.embeddings.encoder import model_directory
 from vision_rag_pipeline.enrichment.languages import language_fingerprint
@@ -56,7 +56,11 @@ def host_inputs(config: RagConfig) -> dict[str, str]:
 
 def host_input_tags() -> dict[str, str]:
     """The run tag recording this process' per-host inputs, for runs launched from here."""
-    return {HOST_INPUTS_TAG: json.dumps(host_inputs(load_config()), sort_keys=True, separators=(",", ":"))}
+    return {
+        HOST_INPUTS_TAG: json.dumps(
+            host_inputs(config_in_effect().config), sort_keys=True, separators=(",", ":")
+        )
+    }
 
 
 def require_launching_host_inputs(context: dg.AssetExecutionContext, config: RagConfig, *names: str) -> None:

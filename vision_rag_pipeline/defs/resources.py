@@ -1,16 +1,24 @@
 """Dagster resources: thin handles on the config and the stores. Every field defaults to the
-environment (VISION_RAG_CONFIG, VISION_RAG_PG_URL, VISION_RAG_ES_URL) so the UI, sensors and the
-CLI see the same thing."""
+process' config in effect and the environment (VISION_RAG_PG_URL, VISION_RAG_ES_URL) so the UI,
+sensors and the CLI see the same thing."""
 
 from __future__ import annotations
 
 import threading
 from contextlib import suppress
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
 
-from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, load_config
+from vision_rag_pipeline.core.config import (
+    ConfigError,
+    ConfigInEffect,
+    EmbeddingConfig,
+    RagConfig,
+    config_in_effect,
+)
+from vision_rag_pipeline.core.config_in_use import record_config_used, say_once_if_different
 from vision_rag_pipeline.core.postgres import database_url
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
@@ -21,12 +29,33 @@ from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
 
 
 class RagConfigResource(dg.ConfigurableResource):
-    """The RAG config; `config_path` overrides VISION_RAG_CONFIG."""
+    """The RAG config in effect in this process (`core.config.config_in_effect`), from which the code
+    versions and host inputs were computed too. `config_path` is left unset: a run configured with a
+    path other than the process' fails instead of mixing two configs in one run (code versions of one,
+    outputs of the other); every process names its file through VISION_RAG_CONFIG.
+
+    Each run records the config it executes with (`core/config_in_use.py`) and logs, once per
+    process, when that differs from the one the runs before it used.
+    """
 
     config_path: str | None = None
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        in_effect = self._in_effect()
+        say_once_if_different(in_effect, record_config_used(in_effect), context.log.warning)
+
     def load(self) -> RagConfig:
-        return load_config(self.config_path)
+        return self._in_effect().config
+
+    def _in_effect(self) -> ConfigInEffect:
+        in_effect = config_in_effect()
+        if self.config_path and Path(self.config_path).expanduser().resolve() != in_effect.path:
+            raise ConfigError(
+                f"rag_config.config_path names {self.config_path}, but this process works with {in_effect.path}: "
+                f"set VISION_RAG_CONFIG={self.config_path} for every process (CLI, daemon, code server, "
+                "API, workers) instead"
+            )
+        return in_effect
 
 
 class IndexDatabase(dg.ConfigurableResource):
@@ -64,7 +93,7 @@ def load_embedding_model() -> None:
     with suppress(Exception):
         from vision_rag_pipeline.embeddings.encoder import load_encoder
 
-        embedding = load_config().embedding
+        embedding = config_in_effect().config.embedding
         load_encoder(embedding.model, embedding.precision)
 
 

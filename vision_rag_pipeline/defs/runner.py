@@ -31,7 +31,7 @@ import yaml
 from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
-from vision_rag_pipeline.core.config import dagster_home, ingest_workers, load_config
+from vision_rag_pipeline.core.config import config_in_effect, dagster_home, ingest_workers
 from vision_rag_pipeline.core.postgres import quiet_embedded_server_notice
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
@@ -148,7 +148,7 @@ def language_warnings(languages: Iterable[str]) -> list[str]:
     A configured OCR language this host lacks is no warning: it fails each document's enrichment."""
     from vision_rag_pipeline.embeddings.encoder import english_only_warning
 
-    model = english_only_warning(load_config().embedding.model, languages)
+    model = english_only_warning(config_in_effect().config.embedding.model, languages)
     return [model] if model else []
 
 

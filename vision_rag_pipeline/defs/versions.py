@@ -7,10 +7,11 @@ nothing upstream of it needs to run again.
 Settings that change only speed (OCR workers, batch sizes) or bookkeeping (cache expiry) are left out.
 
 `version_sensor` compares, per partition, the version recorded on the latest materialization (tag
-`dagster/code_version`) with the one computed from the config file on this tick (not the one the code
-location computed when it loaded: a changed file takes effect without a reload, and the sensor warns
-that the UI shows stale code versions until one); where they differ it requests a run of that asset and
-everything downstream of it. No setting changes how a file loads, so raw_documents' version is the
+`dagster/code_version`) with the one its code location computed from the config in effect when it
+loaded (the same versions the UI shows); where they differ it requests a run of that asset and
+everything downstream of it. After an edit of the config file it waits for the code location's next
+load, which `dagster-daemon run` makes every minute: runs started meanwhile read the new file, and
+comparing them with the old versions would re-run what they just did. No setting changes how a file loads, so raw_documents' version is the
 loaders' revision alone (an upgrade that loads files differently re-runs every document), and
 extracted_images, which only stores what raw_documents loaded, has none of its own; lexical_index's
 is the lexical analysis' revision (a new analysis writes each document's entries again, nothing
@@ -32,7 +33,8 @@ import dagster as dg
 from dagster import DagsterEventType
 
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
-from vision_rag_pipeline.core.config import RagConfig, load_config, sensor_interval_seconds
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect, sensor_interval_seconds
+from vision_rag_pipeline.core.config_in_use import last_config_used, say_once_if_different
 from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
@@ -112,9 +114,9 @@ def lexical_version() -> str:
     return _short_hash({"revision": LEXICAL_ANALYSIS_REVISION})
 
 
-def code_versions() -> dict[str, str]:
-    """Each derived asset's version: a hash of the settings that shape it, from the config in effect now."""
-    config = load_config()
+def code_versions(config: RagConfig | None = None) -> dict[str, str]:
+    """Each derived asset's version: a hash of the settings that shape it (default: the config in effect)."""
+    config = config or config_in_effect().config
     engine = enrichment_engine(config, vision_client_from_env())
     return {
         "raw_documents": loading_version(),
@@ -216,24 +218,27 @@ def stale_assets_by_partition(
     description="When the enrichment, classifier, chunking or embedding settings (or the loaders' code or "
     "the lexical analysis) "
     "change, re-runs the changed asset and its downstream assets for every partition materialized with "
-    "the old ones. "
-    "Reads the config file on every tick: no reload is needed.",
+    "the old ones. Compares with the config this code location loaded; after an edit of the file it waits "
+    "for the next load.",
 )
 def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     asset_graph = context.repository_def.asset_graph
-    # The file, not the loaded definitions: they were versioned when the code location loaded. A run
-    # loads the code anew, so it both uses and records (tag dagster/code_version) the file's versions.
-    current_versions = {dg.AssetKey(name): version for name, version in code_versions().items()}
-    outdated = {
-        key.to_user_string(): f"{asset_graph.get(key).code_version} -> {version}"
-        for key, version in current_versions.items()
-        if asset_graph.get(key).code_version != version
-    }
-    if outdated:
-        context.log.warning(
-            f"the config file changed since this code location loaded ({outdated}): runs use and record "
-            "the file's settings; reload the code location for the UI to show the new code versions"
+    in_effect = config_in_effect()
+    on_disk = in_effect.file_now()
+    if on_disk.sha256 != in_effect.sha256:
+        # Runs started now read the new file; comparing their versions with this process' old ones
+        # would re-run every partition they touch. The code location's next load compares with them.
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"{in_effect.path} changed since this code location read it (settings {in_effect.sha256[:12]} "
+                f"-> {on_disk.sha256[:12]}): it compares with the new settings once reloaded (dagster-daemon "
+                "run reloads it within a minute; under dagster dev: Deployment -> Reload)"
+            )
         )
+    say_once_if_different(in_effect, last_config_used(), context.log.warning)
+    current_versions = {
+        dg.AssetKey(name): version for name, version in code_versions(in_effect.config).items()
+    }
     partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
     stale = stale_assets_by_partition(context.instance, current_versions, partitions)
     run_requests = []
@@ -261,7 +266,8 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     if not run_requests:
         return dg.SensorResult(
             skip_reason=dg.SkipReason(
-                f"the versions recorded for all {len(partitions)} partitions match the config in effect"
+                f"the versions recorded for all {len(partitions)} partitions match the config in effect, "
+                f"{in_effect.describe()}"
             )
         )
     return dg.SensorResult(run_requests=run_requests)

@@ -383,10 +383,11 @@ def definitions_stale(sources: dict[str, int]) -> bool:
     module = sys.modules.get("vision_rag_pipeline.defs.definitions")
     if module is None:
         return False
+    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.defs.versions import code_versions
 
     try:
-        current = code_versions()
+        current = code_versions(config_in_effect().file_now().config)
     except Exception:  # an unreadable config: the run reports it
         return False
     loaded = {

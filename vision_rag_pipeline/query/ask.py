@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from vision_rag_pipeline.chunks.annotations import ANNOTATION_RE, find_annotations
-from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, home, load_config
+from vision_rag_pipeline.core.config import AnswerConfig, EmbeddingConfig, RagConfig, config_in_effect, home
 from vision_rag_pipeline.core.text import query_terms, stem
 from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
@@ -457,7 +457,7 @@ def ask(
     """
     if not question or not question.strip():
         raise ValueError("ask: the question is empty")
-    config = config or load_config()
+    config = config or config_in_effect().config
     settings = config.answer
     k = k or settings.k
     queries: list[tuple[str, float]] = [(question, 1.0)]

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from PIL import Image, ImageOps
 
-from vision_rag_pipeline.core.config import RagConfig, load_config
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect
 from vision_rag_pipeline.core.sniff import image_mime, is_svg
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
@@ -97,7 +97,7 @@ def bounded_image(data: bytes, mime: str, max_pixels: int = MAX_QUERY_PIXELS) ->
 def describe_query_image(image: str | Path | bytes, config: RagConfig | None = None) -> QueryImage:
     """The text to search for (the image's type, keywords and Meta-Content body, no [Source] line)
     and the picture's perceptual hash."""
-    config = config or load_config()
+    config = config or config_in_effect().config
     picture = query_image(image)
     verdict = classify_images([picture], config.media_enrichment.features.classifier)[0]
     batch = enrich_document_images(

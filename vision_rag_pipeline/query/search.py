@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk
-from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, RetrievalConfig, load_config
+from vision_rag_pipeline.core.config import EmbeddingConfig, RagConfig, RetrievalConfig, config_in_effect
 from vision_rag_pipeline.core.periods import containing, finest_period, period_fit, spelled, without_periods
 from vision_rag_pipeline.core.text import query_terms, terms
 from vision_rag_pipeline.documents.model import BBox
@@ -150,7 +150,7 @@ def search_queries(
         raise ValueError(f"mode must be hybrid, vector or lexical, not {mode!r}")
     if k <= 0:
         raise ValueError(f"k must be positive, not {k}")
-    config = config or load_config()
+    config = config or config_in_effect().config
     if not any(text and text.strip() for text, _ in queries) and not (image and image.text.strip()):
         raise ValueError("give a text or an image to search for")
     filters = filters or Filters()
@@ -558,7 +558,7 @@ def search(
     `document_ids` also accepts source paths and file names; `metadata` keeps chunks whose
     metadata contains it (JSON containment, e.g. `{"image_type": "Chart"}`).
     """
-    config = config or load_config()
+    config = config or config_in_effect().config
     queries = [(text, 1.0)] if text else []
     picture = describe_query_image(image, config) if image is not None else None
     filters = Filters(documents=document_ids, kinds=kinds, metadata=metadata)
