@@ -7,7 +7,8 @@
   ingestion is idempotent, so the sensor seeing the same file again only re-checks it). A name the
   inbox would skip (hidden, or not .mhtml/.mht/.pdf) is refused with 415.
 - `GET /documents/{document_id}`: where an upload's ingestion stands (pending, running, ingested,
-  failed with its reason). `GET /health`: 200 when the index database answers, else 503.
+  failed with its reason). `GET /health`: 200 when the index database answered the last probe (a
+  thread asks every second), else 503 with the reason; it never waits on the database.
 - `POST /search`, `POST /chat`: hybrid search and cited answers for a `rag_config` and a query.
 - `POST /enrichment-services/media-enrichment`: the media-enrichment operation on up to 10 images.
 
@@ -18,7 +19,8 @@ refused; `detail` is always the list of problems FastAPI's schema says), unknown
 oversized bodies 413 (counted on the stream, so a chunked body without Content-Length is cut off
 too), files that are neither MHTML nor PDF and images that do not decode 415, image queries beyond `MAX_IMAGE_QUERIES` at once
 that waited `IMAGE_QUERY_WAIT_SECONDS` in vain 429, and while the index database is down (it is
-restarted when it is the embedded one) 503 with Retry-After. Every error is JSON with a `detail`,
+restarted when it is the embedded one) or hangs 503 with Retry-After: every statement of a request is
+bounded by `limits.database.request_timeout_s`. Every error is JSON with a `detail`,
 unexpected ones included (500).
 
 With `VISION_RAG_API_TOKEN` set (16 characters or more), every endpoint but the docs wants
@@ -50,6 +52,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -64,7 +67,13 @@ from vision_rag_pipeline.core.config import (
     load_config,
     require_shared_stores,
 )
-from vision_rag_pipeline.core.postgres import DatabaseUnavailable, DiskFullError, connect
+from vision_rag_pipeline.core.postgres import (
+    DatabaseUnavailable,
+    DiskFullError,
+    connect,
+    database_limits,
+    statement_timeout,
+)
 from vision_rag_pipeline.core.printable import printable_name
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.documents.inbox import DOCUMENT_SUFFIXES
@@ -72,6 +81,8 @@ from vision_rag_pipeline.documents.intake import IngestQueue, IngestStatus
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
+from vision_rag_pipeline.indexes.lexical import LexicalIndexError
+from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
 from vision_rag_pipeline.query.ask import Answer, ask
 from vision_rag_pipeline.query.image_query import QueryImageError
@@ -90,6 +101,11 @@ MAX_IMAGE_QUERIES = 2  # image queries decoded and OCR'd at once (each may hold 
 IMAGE_QUERY_WAIT_SECONDS = 10.0  # how long an image query waits for a turn before it gets 429
 RETRY_AFTER_SECONDS = 5  # what a 503 (database down) or a 429 (image queries busy) asks clients to wait
 INGEST_POLL_SECONDS = 10.0  # how often the upload worker looks for queued uploads due for an attempt
+HEALTH_PROBE_SECONDS = 1.0  # how often the health monitor asks the index database
+HEALTH_PROBE_TIMEOUT_SECONDS = 2.0  # how long it waits for the answer before it reports the database down
+# An upload's registration writes its bytes to the index database: its statements may take this
+# long per byte beyond limits.database.request_timeout_s (100 MB took 5-8 s here).
+REGISTER_SECONDS_PER_BYTE = 1 / (5 * 2**20)
 logger = logging.getLogger("vision_rag_pipeline.api")
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
 ImageField = Annotated[
@@ -177,6 +193,17 @@ class UploadResponse(BaseModel):
 class HealthResponse(BaseModel):
     status: Literal["ok"]
     database: Literal["up"]
+    lexical_index: Literal["ok"]
+
+
+class HealthProblem(ErrorResponse):
+    """What /health answers with 503: the one-line reason (with the repair, where there is one), and
+    which part fails: `down` when the index database does, `degraded` when only the lexical index
+    does (vector search still answers)."""
+
+    status: Literal["down", "degraded", "starting"]
+    database: Literal["up", "down", "unknown"]
+    lexical_index: Literal["ok", "damaged", "unknown"]
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -189,7 +216,8 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         413: "request body, file or image over its limit",
         415: "not an MHTML web archive or a PDF, a file name the inbox skips, or an image that does not decode",
         429: "too many image queries at once; retry after Retry-After seconds",
-        503: "the index database is unavailable; retry after Retry-After seconds",
+        503: "the index database is unavailable, or the lexical index damaged (`vision-rag reindex` repairs "
+        "it); retry after Retry-After seconds",
         507: "disk full where the index database keeps its data",
     }
     return {code: {"model": ErrorResponse, "description": said[code]} for code in codes}
@@ -325,6 +353,60 @@ class _Ingestor:
             return
 
 
+class _HealthMonitor:
+    """Asks the index database and the lexical index every `HEALTH_PROBE_SECONDS`, on a thread of its
+    own, how they are; `/health` answers from the last answers at once, so a hung database is
+    reported instead of hanging the caller (a probe waits at most `HEALTH_PROBE_TIMEOUT_SECONDS` for
+    the database). A probe that finds the embedded server dead starts it again, as a request would."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._probed = threading.Event()
+        self._report = HealthProblem(
+            detail="starting: the first health probe has not finished",
+            status="starting",
+            database="unknown",
+            lexical_index="unknown",
+        )
+        self._thread = threading.Thread(target=self._work, name="health-monitor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def report(self) -> HealthResponse | HealthProblem:
+        """The last probe's findings. Before the first probe has finished it waits for it, as long
+        as a probe may take."""
+        self._probed.wait(database_limits().connect_timeout_s + HEALTH_PROBE_TIMEOUT_SECONDS + 1)
+        return self._report
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            self._report = self._probe()
+            self._probed.set()
+            self._stop.wait(HEALTH_PROBE_SECONDS)
+
+    @staticmethod
+    def _probe() -> HealthResponse | HealthProblem:
+        try:
+            with statement_timeout(HEALTH_PROBE_TIMEOUT_SECONDS), connect() as conn:
+                conn.execute("SELECT 1")
+        except Exception as exc:  # whatever it is, /health says it and the monitor goes on
+            return HealthProblem(
+                detail=_one_line_reason(exc), status="down", database="down", lexical_index="unknown"
+            )
+        try:
+            open_lexical_index().count()
+        except Exception as exc:  # a damaged or missing index, a search server that is down
+            return HealthProblem(
+                detail=_one_line_reason(exc), status="degraded", database="up", lexical_index="damaged"
+            )
+        return HealthResponse(status="ok", database="up", lexical_index="ok")
+
+
 class _ImageQuerySlots:
     """At most `MAX_IMAGE_QUERIES` image queries decode and OCR at once; the next waits up to
     `IMAGE_QUERY_WAIT_SECONDS` for a turn, then gets 429 with Retry-After."""
@@ -412,14 +494,17 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     require_shared_stores()  # a multi-node API without them would answer from this host's own index
     ingestor = _Ingestor() if ingest_on_upload else None
     image_slots = _ImageQuerySlots()
+    monitor = _HealthMonitor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        monitor.start()
         if ingestor is not None:
             ingestor.start()
         yield
         if ingestor is not None:
             ingestor.stop()
+        monitor.stop()
 
     app = FastAPI(
         title="vision-rag",
@@ -429,7 +514,8 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     )
     app.state.ingestor = ingestor
     app.state.image_slots = image_slots
-    app.add_middleware(_Guard, token=api_token())
+    app.state.health = monitor
+    app.add_middleware(_Guard, token=api_token(), request_timeout_s=database_limits().request_timeout_s)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -453,6 +539,17 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     async def database_down(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
         logger.warning("%s %s: %s", request.method, request.url.path, " ".join(str(exc).split())[:300])
         return _database_down_reply(exc)
+
+    @app.exception_handler(LexicalIndexError)
+    async def lexical_index_unavailable(request: Request, exc: LexicalIndexError) -> JSONResponse:
+        """A damaged or missing index, a search server that is down: the server's fault, not the
+        caller's (the message names the repair where there is one)."""
+        logger.warning("%s %s: %s", request.method, request.url.path, _one_line_reason(exc))
+        return JSONResponse(
+            {"detail": _one_line_reason(exc)},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     @app.exception_handler(DiskFullError)
     async def disk_full(request: Request, exc: DiskFullError) -> JSONResponse:
@@ -494,13 +591,17 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         try:
             for upload in files:
                 saved.append(_save_upload(upload, inbox))
-            registry = DocumentRegistry()
-            queue = IngestQueue() if ingestor is not None else None
-            accepted = []
-            for path, _ in saved:
-                document_id = registry.register(path).document_id
-                status = queue.enqueue(document_id, path.name, str(path)).status if queue else "registered"
-                accepted.append(UploadedDocument(name=path.name, document_id=document_id, status=status))
+            largest = max(path.stat().st_size for path, _ in saved)
+            with statement_timeout(database_limits().request_timeout_s + largest * REGISTER_SECONDS_PER_BYTE):
+                registry = DocumentRegistry()
+                queue = IngestQueue() if ingestor is not None else None
+                accepted = []
+                for path, _ in saved:
+                    document_id = registry.register(path).document_id
+                    status = (
+                        queue.enqueue(document_id, path.name, str(path)).status if queue else "registered"
+                    )
+                    accepted.append(UploadedDocument(name=path.name, document_id=document_id, status=status))
         except BaseException:
             for path, created in saved:
                 if created:
@@ -525,16 +626,20 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     @app.get(
         "/health",
         response_model=HealthResponse,
-        summary="Whether the server can reach its index database",
-        responses=_errors(401, 403, 503),
+        summary="Whether the server can answer: its index database, as last probed (about every second)",
+        responses={
+            **_errors(401, 403),
+            503: {
+                "model": HealthProblem,
+                "description": "the index database is down or hangs, or the lexical index is damaged",
+            },
+        },
     )
-    def health() -> HealthResponse | JSONResponse:
-        try:
-            with connect() as conn:
-                conn.execute("SELECT 1")
-        except psycopg.OperationalError as exc:
-            return _database_down_reply(exc)
-        return HealthResponse(status="ok", database="up")
+    async def health() -> HealthResponse | JSONResponse:
+        report = await run_in_threadpool(monitor.report)  # waits only for the first probe
+        if isinstance(report, HealthResponse):
+            return report
+        return JSONResponse(report.model_dump(), 503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     @app.post(
         "/search",
@@ -602,13 +707,18 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     return app
 
 
-def _database_down_reply(exc: Exception) -> JSONResponse:
+def _one_line_reason(exc: BaseException) -> str:
+    """The exception's first line, saying it is the index database where the message does not."""
     lines = str(exc).strip().splitlines()
     said = lines[0] if lines else type(exc).__name__
-    if not isinstance(exc, DatabaseUnavailable):
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, DatabaseUnavailable):
         said = f"index database unavailable: {said}"
+    return said
+
+
+def _database_down_reply(exc: Exception) -> JSONResponse:
     return JSONResponse(
-        {"detail": f"{said}; retry shortly"},
+        {"detail": f"{_one_line_reason(exc)}; retry shortly"},
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
@@ -632,12 +742,14 @@ def body_limit(path: str) -> int:
 
 
 class _Guard:
-    """Token check and body limit before any endpoint reads a byte (pure ASGI, so the limit counts
-    the body as it streams in: a chunked body has no Content-Length to trust)."""
+    """Token check, Host and Origin check and body limit before any endpoint reads a byte (pure
+    ASGI, so the limit counts the body as it streams in: a chunked body has no Content-Length to
+    trust); every database statement of the request is bounded by `request_timeout_s`."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, request_timeout_s: float) -> None:
         self.app = app
         self.token = token
+        self.request_timeout_s = request_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -671,7 +783,8 @@ class _Guard:
                     raise BodyTooLarge(limit)
             return message
 
-        await self.app(scope, counted, send)
+        with statement_timeout(self.request_timeout_s):  # copied into the endpoint's worker thread
+            await self.app(scope, counted, send)
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         scheme, _, given = headers.get("authorization", "").partition(" ")

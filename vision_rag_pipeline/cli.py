@@ -365,21 +365,21 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("-k", type=int, default=5)
     search.add_argument("--mode", choices=("hybrid", "vector", "lexical"), default="hybrid")
     search.add_argument("--json", action="store_true")
-    search.set_defaults(func=cmd_search, compares_config=True)
+    search.set_defaults(func=cmd_search, compares_config=True, quick_queries=True)
 
     enrich = sub.add_parser(
         "enrich", parents=[common], help="classify and enrich image files (the media-enrichment operation)"
     )
     enrich.add_argument("images", nargs="+", metavar="IMAGE")
     enrich.add_argument("--json", action="store_true")
-    enrich.set_defaults(func=cmd_enrich, compares_config=True)
+    enrich.set_defaults(func=cmd_enrich, compares_config=True, quick_queries=True)
 
     ask = sub.add_parser("ask", parents=[common], help="answer a question with verbatim, located citations")
     ask.add_argument("question", metavar="QUESTION")
     ask.add_argument("--image", metavar="FILE", help="an image the question is about")
     ask.add_argument("-k", type=int, default=None, help="chunks retrieved for the context")
     ask.add_argument("--json", action="store_true", help="print {answer, citations, hits}")
-    ask.set_defaults(func=cmd_ask, compares_config=True)
+    ask.set_defaults(func=cmd_ask, compares_config=True, quick_queries=True)
 
     serve = sub.add_parser(
         "serve", parents=[common], help="run the HTTP API (upload, search, chat, media enrichment)"
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("document_ids", nargs="*", metavar="DOCUMENT_ID")
     status.add_argument("--json", action="store_true")
-    status.set_defaults(func=cmd_status)
+    status.set_defaults(func=cmd_status, quick_queries=True)
 
     backfill = sub.add_parser(
         "backfill",
@@ -497,7 +497,12 @@ def _run_command(args: argparse.Namespace) -> int:
     from vision_rag_pipeline.core.config import ConfigError
 
     try:
-        return args.func(args)
+        if not getattr(args, "quick_queries", False):
+            return args.func(args)
+        from vision_rag_pipeline.core.postgres import database_limits, statement_timeout
+
+        with statement_timeout(database_limits().request_timeout_s):  # a hung database fails it in seconds
+            return args.func(args)
     except (ConfigError, ValueError) as exc:  # a bad config file, query or image: one line, no traceback
         print(f"vision-rag: {exc}", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url)
         [fake_chunks, fake_embeddings, fake_enrichments, pgvector_index],
         partition_key="doc-a",
         instance=instance,
-        resources={"index_db": IndexDatabase()},
+        resources={"index_db": IndexDatabase(), "lexical": LexicalIndexResource()},
     )
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.check_name == PGVECTOR_ROWS_MATCH_CHUNKS.name and evaluation.passed

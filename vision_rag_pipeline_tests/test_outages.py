@@ -18,10 +18,14 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+import psycopg
 import pytest
 
 from vision_rag_pipeline.api import create_app
+from vision_rag_pipeline.core.postgres import running_embedded
 from vision_rag_pipeline_tests.test_api import SAMPLE_MHTML, call, multipart, serving
+from vision_rag_pipeline_tests.test_pdf_loader import Page, Text, write_pdf
 
 CLI = [sys.executable, "-m", "vision_rag_pipeline.cli"]
 LOAD_SECONDS = 14.0  # searches keep coming this long after the kill
@@ -129,6 +133,126 @@ def test_serve_answers_again_seconds_after_its_postgres_is_killed(
     assert _request(f"{url}/health")[0] == 200
     new_postmaster = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
     assert new_postmaster != postmaster, "the embedded server was started again"
+
+
+def _wait_for(check, seconds: float) -> float:  # noqa: ANN001 - a predicate
+    """Seconds until `check()` holds, polling; fails after `seconds`."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def test_a_hung_database_is_503_within_seconds_and_health_says_so_without_waiting(
+    served_home: tuple[str, Path, subprocess.Popen],
+) -> None:
+    """The postmaster and its backends stopped with SIGSTOP: /health and /search each waited as long
+    as the database was stopped (25 s), with no timeout and no 503."""
+    url, home, server = served_home
+    postmaster = psutil.Process(int((home / "pgdata" / "postmaster.pid").read_text().split()[0]))
+    stopped = [postmaster, *postmaster.children(recursive=True)]
+    health_seconds: list[float] = []
+
+    def health() -> tuple[int, dict, dict]:
+        started = time.monotonic()
+        answer = _request(f"{url}/health", timeout=30)
+        health_seconds.append(time.monotonic() - started)
+        return answer
+
+    for process in stopped:
+        process.suspend()
+    try:
+        _wait_for(lambda: health()[0] == 503, 10)
+        status, body, headers = health()
+        assert status == 503 and body["database"] == "down" and "unavailable" in body["detail"], body
+        assert int(headers["retry-after"]) > 0
+        assert max(health_seconds) < 1.0, f"/health waited {max(health_seconds):.1f} s"
+        started = time.monotonic()
+        status, body, headers = _request(f"{url}/search", {"query": "revenue", "mode": "vector"}, timeout=60)
+        waited = time.monotonic() - started
+        assert status == 503 and "unavailable" in body["detail"] and int(headers["retry-after"]) > 0, body
+        assert waited < 8, f"/search waited {waited:.1f} s on a hung database"
+        env = os.environ | {"VISION_RAG_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+        started = time.monotonic()
+        done = subprocess.run([*CLI, "status"], env=env, capture_output=True, text=True, timeout=120)
+        waited = time.monotonic() - started
+        assert done.returncode == 1 and "unavailable" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and waited < 20, (waited, done.stderr)
+    finally:
+        for process in stopped:
+            process.resume()
+    _wait_for(lambda: health()[0] == 200, 15)
+    assert _request(f"{url}/search", {"query": "revenue", "mode": "vector"})[0] == 200
+    assert server.poll() is None and postmaster.is_running(), "nothing was restarted"
+
+
+def _report_pdf(figure: str) -> bytes:
+    text = f"Quarterly zircon sales reached {figure} tonnes in the northern mines."
+    return write_pdf([Page(texts=[Text(72, 700, text)])])
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"VISION_RAG_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _chunk_texts(home: Path) -> list[str]:
+    url = running_embedded(home / "pgdata").url
+    with psycopg.connect(url) as conn:
+        return sorted(row[0] for row in conn.execute("SELECT text FROM chunks WHERE kind <> 'page'"))
+
+
+def test_a_damaged_or_deleted_lexical_index_is_the_servers_fault_and_reindex_repairs_it(
+    served_home: tuple[str, Path, subprocess.Popen], tmp_path: Path
+) -> None:
+    """A `meta.json` of `garbage{` made /search answer 422 `value_error`, /health ok and the CLI exit 2
+    (its usage error); an ingest meanwhile failed after writing its pgvector rows; a deleted lexical
+    directory was made again, empty: lexical search said "(no hits)"."""
+    url, home, server = served_home
+    report = tmp_path / "zircon.pdf"
+    report.write_bytes(_report_pdf("4,210"))
+    assert _cli(home, "ingest", str(report)).returncode == 0
+    indexed = _chunk_texts(home)
+    lexical = home / "lexical"
+    query = {"query": "zircon tonnes", "mode": "lexical"}
+    assert _request(f"{url}/search", query)[0] == 200
+
+    def health_says(state: str) -> bool:
+        return _request(f"{url}/health")[1].get("status", "") == state
+
+    for damage in ("corrupt", "delete"):
+        if damage == "corrupt":
+            (lexical / (lexical / "CURRENT").read_text().strip() / "meta.json").write_text("garbage{")
+        else:
+            shutil.rmtree(lexical)
+        for path in ("/search", "/chat"):
+            status, body, headers = _request(
+                f"{url}{path}", {**query, "mode": "hybrid"} if path == "/search" else {"query": "zircon?"}
+            )
+            assert status == 503 and "vision-rag reindex" in body["detail"], (damage, path, body)
+            assert int(headers["retry-after"]) > 0
+        _wait_for(lambda: health_says("degraded"), 10)
+        problem = _request(f"{url}/health")[1]
+        assert problem["lexical_index"] == "damaged" and "vision-rag reindex" in problem["detail"]
+        if damage == "corrupt":  # the CLI says so in one line; an ingest now changes neither index
+            searched = _cli(home, "search", "zircon tonnes", "--mode", "lexical")
+            errors = searched.stderr.strip().splitlines()
+            assert searched.returncode == 1 and len(errors) == 1 and "vision-rag reindex" in errors[0], (
+                searched
+            )
+            report.write_bytes(_report_pdf("9,999"))
+            ingested = _cli(home, "ingest", str(report))
+            assert ingested.returncode == 1 and "vision-rag reindex" in ingested.stderr, ingested.stderr
+            assert _chunk_texts(home) == indexed, "the vector index still holds the last complete ingest"
+        assert not (lexical / "CURRENT").exists() or damage == "corrupt", "a deleted index is not made again"
+        repaired = _cli(home, "reindex")
+        assert repaired.returncode == 0, repaired.stderr
+        _wait_for(lambda: health_says("ok"), 10)
+        status, body, _ = _request(f"{url}/search", query)
+        assert status == 200 and [hit["text"] for hit in body["hits"]], body
+        assert all("4,210" in hit["text"] for hit in body["hits"] if hit["kind"] != "page")
+    assert server.poll() is None
 
 
 def test_an_external_database_that_is_down_is_503_with_retry_after_and_health_says_so(

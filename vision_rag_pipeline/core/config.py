@@ -266,6 +266,27 @@ class AnswerConfig(_Strict):
     log_unresolved: bool = True  # questions without an answer go to $VISION_RAG_HOME/unresolved.jsonl
 
 
+class DatabaseLimits(_Strict):
+    """How long a call to the index database may take before it fails, so a hung or unreachable
+    server costs a caller seconds (503 with Retry-After from the API, one line from the CLI) instead
+    of hanging it. Each statement is bounded on the server (`statement_timeout`) and on the client
+    (a server whose processes are stopped cancels nothing)."""
+
+    connect_timeout_s: int = Field(3, ge=2)  # libpq counts whole seconds, 2 at least
+    # each statement of an API request and of the CLI's queries (search, ask, status)
+    request_timeout_s: float = Field(5.0, gt=0)
+    # each statement of an ingest run, a reindex or a sensor; a rebuild's copy and index build are
+    # bounded by nothing but the server (they take minutes on a large index)
+    statement_timeout_s: float = Field(600.0, gt=0)
+
+
+class Limits(_Strict):
+    """What one caller may cost: budgets on documents, images, requests and database calls. None is
+    part of any code version: a limit decides whether something is processed, not what it gives."""
+
+    database: DatabaseLimits = Field(default_factory=DatabaseLimits)
+
+
 class RagConfig(_Strict):
     id: str = "default"
     domain: str = "default"
@@ -276,6 +297,7 @@ class RagConfig(_Strict):
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     answer: AnswerConfig = Field(default_factory=AnswerConfig)
+    limits: Limits = Field(default_factory=Limits)
 
     def with_settings(self, settings: dict[str, Any]) -> RagConfig:
         """A validated copy with `settings` (nested like the file, e.g. `{"splitter": {"chunk_size": 500}}`)

@@ -10,6 +10,14 @@ server again (crash recovery included) and retries; a server we do not own is on
 What still fails raises `DatabaseUnavailable` (an `OperationalError`), which the API answers
 with 503 and Retry-After. A disk too full to start or run the server raises `DiskFullError`,
 naming the directory.
+
+No call waits on the database without a bound (`limits.database` of the config): opening a
+connection takes at most `connect_timeout_s`, and each statement at most the bound in force, both
+on the server (`statement_timeout`) and on the client, because a server whose processes are stopped
+(`kill -STOP`, a frozen VM, a full swap) cancels nothing: the wait ends, the connection is dropped
+and `DatabaseUnavailable` says the database did not answer. The bound is `statement_timeout_s` for
+work (ingest runs, reindex, sensors) and `request_timeout_s` inside `statement_timeout(...)`, which
+the API and the CLI's queries put around what they do.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 import fasteners
 import psutil
@@ -33,17 +43,25 @@ import psycopg
 from pgvector.psycopg import register_vector
 from pydantic import BaseModel
 
-from vision_rag_pipeline.core.config import home, postgres_url, require_shared_stores
+from vision_rag_pipeline.core.config import (
+    DatabaseLimits,
+    config_in_effect,
+    home,
+    postgres_url,
+    require_shared_stores,
+)
 
 _lock = threading.Lock()
 _embedded_urls: dict[Path, str] = {}
 _url_owners: dict[str, Path] = {}  # every URL handed out for an embedded server -> its pgdata
 _urls_with_extension: set[str] = set()
 _applied_ddl: set[tuple[str, str]] = set()
-_idle: dict[str, list[tuple[float, psycopg.Connection]]] = {}
+_idle: dict[str, list[tuple[float, BoundedConnection]]] = {}
 MAX_IDLE = 4  # per database URL and process
 IDLE_SECONDS = 30.0
 DDL_LOCK_ID = 7_421_001  # advisory lock serializing schema changes across processes
+CLIENT_GRACE_SECONDS = 0.5  # the client gives up this long after the server would have cancelled
+_statement_bound: ContextVar[float | None] = ContextVar("vision_rag_statement_timeout", default=None)
 
 
 def quiet_embedded_server_notice() -> None:
@@ -233,9 +251,75 @@ def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:
     return server
 
 
+def database_limits() -> DatabaseLimits:
+    """`limits.database` of the config in effect."""
+    return config_in_effect().config.limits.database
+
+
+@contextmanager
+def statement_timeout(seconds: float) -> Iterator[None]:
+    """Bound every statement made inside (by this thread, or a thread that copies its context, as
+    FastAPI's sync endpoints do) to `seconds`, instead of the bound for work."""
+    token = _statement_bound.set(seconds)
+    try:
+        yield
+    finally:
+        _statement_bound.reset(token)
+
+
+def current_statement_timeout() -> float:
+    """The bound on each statement here: a caller's `statement_timeout`, else the one for work."""
+    return _statement_bound.get() or database_limits().statement_timeout_s
+
+
+class BoundedConnection(psycopg.Connection):
+    """A connection whose every wait on the server ends after `wait_limit_s` (None: no bound) with
+    `DatabaseUnavailable`; the server-side `statement_timeout` it runs with is `statement_timeout_s`."""
+
+    wait_limit_s: float | None = None
+    statement_timeout_s: float | None = None
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        limit = timeout if timeout is not None else self.wait_limit_s
+        try:
+            return super().wait(gen, interval, limit)
+        except psycopg.errors._WaitTimeout:  # psycopg's own "wait timeout expired" (an OperationalError)
+            raise DatabaseUnavailable(
+                f"index database unavailable: no answer within {limit:g} s (limits.database)"
+            ) from None
+
+
+def _bound(conn: BoundedConnection, seconds: float | None) -> None:
+    """Make `seconds` the connection's statement bound, on the server (a round trip when it changes)
+    and on the client. The connection is idle, outside any transaction."""
+    if conn.statement_timeout_s != seconds:
+        conn.autocommit = True
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false)", (f"{round((seconds or 0) * 1000)}ms",)
+        )
+        conn.autocommit = False
+        conn.statement_timeout_s = seconds
+    conn.wait_limit_s = None if seconds is None else seconds + CLIENT_GRACE_SECONDS
+
+
+@contextmanager
+def unbounded_statements(conn: psycopg.Connection) -> Iterator[None]:
+    """Lift the statement bound for the rest of the transaction: for statements that take as long
+    as the index is large (a rebuild's copy and HNSW build). The connection must be one `connect`
+    gave."""
+    assert isinstance(conn, BoundedConnection)
+    conn.execute("SET LOCAL statement_timeout = 0")
+    saved, conn.wait_limit_s = conn.wait_limit_s, None
+    try:
+        yield
+    finally:
+        conn.wait_limit_s = saved
+
+
 @contextmanager
 def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
-    """A connection with pgvector types registered; commits on success, rolls back on error.
+    """A connection with pgvector types registered; commits on success, rolls back on error. Its
+    statements are bounded by `current_statement_timeout()`.
 
     Connections are reused: opening one costs a Postgres backend process (5-25 ms here), and an
     ingest run asks for about 28. A connection goes back to this process's idle list only after a
@@ -243,14 +327,18 @@ def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
     idle ones; the next use fails once and the step can be retried).
     """
     url = url or database_url()
+    bound = current_statement_timeout()
     conn = _idle_connection(url) or _open_recovering(url)
     try:
+        _bound(conn, bound)
         yield conn
         conn.commit()
     except BaseException as exc:
         conn.close()  # never reuse a connection whose transaction failed half way
-        if isinstance(exc, psycopg.OperationalError) and conn.broken:
-            _forget_idle()  # the server went away: its other idle connections are dead too
+        if isinstance(exc, psycopg.OperationalError) and (
+            conn.broken or isinstance(exc, DatabaseUnavailable)
+        ):
+            _forget_idle()  # the server went away or hangs: its other idle connections are no better
         if isinstance(exc, psycopg.errors.DiskFull):
             raise DiskFullError(_data_location(url), str(exc).splitlines()[0]) from exc
         raise
@@ -278,7 +366,7 @@ def one_round_trip(conn: psycopg.Connection) -> Iterator[None]:
     conn.autocommit = False
 
 
-def _idle_connection(url: str) -> psycopg.Connection | None:
+def _idle_connection(url: str) -> BoundedConnection | None:
     now = time.monotonic()
     with _lock:
         idle = _idle.get(url, [])
@@ -308,14 +396,16 @@ def _forget_idle() -> None:
         conn.close()
 
 
-def _open_recovering(url: str) -> psycopg.Connection:
+def _open_recovering(url: str) -> BoundedConnection:
     """A new connection; when the server is gone, the embedded one is started again (an external
-    one is retried briefly), else DatabaseUnavailable says why."""
+    one that refused is retried briefly), else DatabaseUnavailable says why."""
     try:
         return _open(url)
     except psycopg.OperationalError as exc:
         _forget_idle()
         pgdata = _url_owners.get(url)
+        if isinstance(exc, psycopg.errors.ConnectionTimeout | DatabaseUnavailable):  # it hangs
+            raise DatabaseUnavailable(f"index database unavailable: {_first_line(exc)}") from None
         if pgdata is None:  # not ours to start: one more try after a moment (a failover, a restart)
             time.sleep(0.5)
             try:
@@ -340,14 +430,20 @@ def _data_location(url: str) -> Path | str:
     return psycopg.conninfo.conninfo_to_dict(url).get("host") or "the Postgres server's data directory"
 
 
-def _open(url: str) -> psycopg.Connection:
-    conn = psycopg.connect(url)
-    if url not in _urls_with_extension:
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_ID,))
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        conn.commit()
-        _urls_with_extension.add(url)
-    register_vector(conn)
+def _open(url: str) -> BoundedConnection:
+    limits = database_limits()
+    conn = BoundedConnection.connect(url, connect_timeout=limits.connect_timeout_s)
+    conn.wait_limit_s = limits.request_timeout_s  # setting up is quick, however long its statements take
+    try:
+        if url not in _urls_with_extension:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_ID,))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.commit()
+            _urls_with_extension.add(url)
+        register_vector(conn)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

@@ -40,7 +40,13 @@ def pgvector_index(
     chunk_embeddings: ChunkEmbeddings,
     image_enrichments: EnrichmentBatch,
     index_db: IndexDatabase,
+    lexical: LexicalIndexResource,
 ) -> dg.MaterializeResult:
+    # The lexical index must answer before either index changes: `lexical_index` runs beside this
+    # step, so a damaged one would otherwise fail the run after this step wrote the document's new
+    # rows, leaving the two indexes holding different versions of it. Here it fails before, and the
+    # run leaves both as they were (its error names the repair).
+    lexical.open().count(context.partition_key)
     store = index_db.vector_store(chunk_embeddings.dim)
     images = [
         (image_enrichments.results[c.metadata["image_sha256"]], chunk_embeddings.vectors[i])

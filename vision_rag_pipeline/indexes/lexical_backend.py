@@ -12,6 +12,7 @@ from vision_rag_pipeline.core.config import (
     multi_node,
 )
 from vision_rag_pipeline.core.config import home as default_home
+from vision_rag_pipeline.core.postgres import connect, ensure_schema
 from vision_rag_pipeline.indexes.lexical import LexicalIndex
 
 
@@ -36,4 +37,30 @@ def open_lexical_index(home: Path | None = None) -> LexicalIndex:
         )
     from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 
-    return open_tantivy_index((home or default_home()) / "lexical")
+    return open_tantivy_index((home or default_home()) / "lexical", PostgresLedger())
+
+
+class PostgresLedger:
+    """The tantivy indexes made on this database's behalf, by directory: a directory that is gone
+    though its index was made is reported (a deleted index, repaired by `vision-rag reindex`), not
+    silently made again empty. The index database is where the chunks the index holds come from."""
+
+    _SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS lexical_index_roots ("
+        "root text PRIMARY KEY, made_at timestamptz NOT NULL DEFAULT now())"
+    )
+
+    def made(self, root: Path) -> bool:
+        ensure_schema(self._SCHEMA)
+        with connect() as conn:
+            return (
+                conn.execute("SELECT 1 FROM lexical_index_roots WHERE root = %s", (str(root),)).fetchone()
+                is not None
+            )
+
+    def record(self, root: Path) -> None:
+        ensure_schema(self._SCHEMA)
+        with connect() as conn:
+            conn.execute(
+                "INSERT INTO lexical_index_roots (root) VALUES (%s) ON CONFLICT DO NOTHING", (str(root),)
+            )

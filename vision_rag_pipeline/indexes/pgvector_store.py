@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from vision_rag_pipeline.chunks.model import Chunk, Landmarks, embedding_text
-from vision_rag_pipeline.core.postgres import connect, ensure_schema, one_round_trip
+from vision_rag_pipeline.core.postgres import connect, ensure_schema, one_round_trip, unbounded_statements
 from vision_rag_pipeline.enrichment.model import EnrichmentResult
 
 CONTENT_KINDS = ("text", "table", "image")  # what a search returns; page units only rank pages
@@ -484,9 +484,10 @@ def rebuild_tables(
     `dim` its dimension, `model` the variant `embed` runs, recorded for every document) every text
     is embedded again. One transaction: the old tables are locked
     in SHARE mode, so searches keep reading them while writers wait and land in the new tables
-    after the swap; the renames at the end take an exclusive lock for an instant.
+    after the swap; the renames at the end take an exclusive lock for an instant. Its statements
+    take as long as the index is large: no statement timeout bounds them.
     """
-    with connect(url) as conn, conn.cursor() as cur:
+    with connect(url) as conn, unbounded_statements(conn), conn.cursor() as cur:
         if not _tables_exist(conn):
             raise RuntimeError("there is no vector index to rebuild yet; ingest a document first")
         cur.execute("LOCK TABLE chunks, rag_images IN SHARE MODE")

@@ -9,6 +9,11 @@ Layout under the root directory:
 
 Readers cache one `tantivy.Index` per root and process and reload it before each search (~25 µs),
 which is how commits made by other processes become visible.
+
+A damaged index (a `meta.json` that does not parse, a missing segment, `CURRENT` naming no index)
+raises `LexicalIndexDamaged`, and so does a missing one that the ledger (the index database) says
+existed: both name the repair, `vision-rag reindex`, which builds the index again from the chunks in
+Postgres. Without a ledger (a bare directory) an index is created wherever none is found.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import fasteners
 import tantivy
@@ -73,6 +78,19 @@ _RUSSIAN_ANALYZER = (
 _CYRILLIC_WORD = re.compile(r"[\u0400-\u04ff][\w\u0400-\u04ff-]*")
 
 T = TypeVar("T")
+REPAIR = "rebuild it from the index database with `vision-rag reindex`"
+
+
+class LexicalIndexDamaged(LexicalIndexError):
+    """The index on disk cannot be read, or is gone though it existed; the message names the repair."""
+
+
+class IndexLedger(Protocol):
+    """Where the fact that an index was made outlives its directory."""
+
+    def made(self, root: Path) -> bool: ...
+
+    def record(self, root: Path) -> None: ...
 
 
 def build_schema() -> tantivy.Schema:
@@ -167,8 +185,10 @@ def build_query(
 class TantivyLexicalIndex:
     """The lexical index in a directory; see the module docstring for the layout."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ledger: IndexLedger | None = None) -> None:
         self.root = root
+        self.ledger = ledger
+        self._recorded = False  # in the ledger, as far as this process knows
         self._pointer = root / POINTER_FILE
         self._thread_lock = threading.Lock()
         self._file_lock = fasteners.InterProcessLock(str(root / LOCK_FILE))
@@ -237,9 +257,12 @@ class TantivyLexicalIndex:
         except (ValueError, OSError):
             # The directory we held may have been swapped out and removed between two calls.
             self._pointer_stamp = None
-            index = self._live_index()
-            index.reload()
-            return action(index)
+            try:
+                index = self._live_index()
+                index.reload()
+                return action(index)
+            except (ValueError, OSError) as exc:  # not a swap: the files are damaged
+                raise self._damaged(_one_line(exc)) from None  # the reason is in the message
 
     def _live_index(self) -> Index:
         """The index `CURRENT` names, reopened when it changed since the last call."""
@@ -252,10 +275,13 @@ class TantivyLexicalIndex:
         if self._index is None or stamp != self._pointer_stamp:
             self._index = self._open_version(self._pointer.read_text(encoding="utf-8").strip())
             self._pointer_stamp = stamp
+            self._record()
         return self._index
 
     def _open_version(self, version: str) -> Index:
         path = self.root / version
+        if not version or not (path / "meta.json").is_file():
+            raise self._damaged(f"{self._pointer} names {version!r}, which holds no index")
         try:
             return Index(SCHEMA, path=str(path), reuse=True)
         except ValueError as exc:
@@ -264,12 +290,29 @@ class TantivyLexicalIndex:
                     f"{path}: the lexical index was written with another schema (an older version); "
                     "rebuild it with `vision-rag reindex`"
                 ) from exc
-            raise
+            raise self._damaged(_one_line(exc)) from None  # the reason is in the message
+
+    def _damaged(self, reason: str) -> LexicalIndexDamaged:
+        return LexicalIndexDamaged(f"{self.root}: the lexical index is damaged ({reason[:200]}); {REPAIR}")
 
     def _create_first_version(self) -> None:
-        """Under the write lock: make an empty index live unless another process just did."""
-        if not self._pointer.exists():
-            self._swap_pointer(self._new_version()[0])
+        """Under the write lock: make an empty index live unless another process just did, or unless
+        the ledger says one was made here before (then it was deleted: that is reported)."""
+        if self._pointer.exists():
+            return
+        if self.ledger is not None and self.ledger.made(self.root):
+            raise LexicalIndexDamaged(
+                f"{self.root}: the lexical index is missing, though the index database says one was "
+                f"made there (was the directory deleted?); {REPAIR}"
+            )
+        self._swap_pointer(self._new_version()[0])
+
+    def _record(self) -> None:
+        """Tell the ledger an index lives here (once per process: an index older than the ledger
+        is recorded when first opened)."""
+        if self.ledger is not None and not self._recorded:
+            self.ledger.record(self.root)
+            self._recorded = True
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -306,6 +349,7 @@ class TantivyLexicalIndex:
                 shutil.rmtree(self.root / version, ignore_errors=True)
                 raise
             self._swap_pointer(version)
+            self._record()
             # No other writer runs while we hold the lock: every other directory is an old version
             # or the leftover of a crashed rebuild.
             for entry in self.root.iterdir():
@@ -383,14 +427,21 @@ class TantivyLexicalIndex:
             self._pointer_stamp = None
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 _open_indexes: dict[Path, TantivyLexicalIndex] = {}
 _open_lock = threading.Lock()
 
 
-def open_tantivy_index(root: Path) -> TantivyLexicalIndex:
-    """The process-wide handle for the index under `root` (created on first write or read)."""
+def open_tantivy_index(root: Path, ledger: IndexLedger | None = None) -> TantivyLexicalIndex:
+    """The process-wide handle for the index under `root` (created on first write or read, unless
+    `ledger` says it existed before)."""
     root = root.expanduser().resolve()
     with _open_lock:
         if root not in _open_indexes:
-            _open_indexes[root] = TantivyLexicalIndex(root)
+            _open_indexes[root] = TantivyLexicalIndex(root, ledger)
+        elif ledger is not None:
+            _open_indexes[root].ledger = ledger
         return _open_indexes[root]
