@@ -51,7 +51,7 @@ from fastapi import Path as PathParameter
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -59,6 +59,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from vision_rag_pipeline.core.config import (
     API_TOKEN_ENV,
     ConfigError,
+    EnrichmentFeatures,
     RagConfig,
     api_token,
     config_in_effect,
@@ -108,8 +109,19 @@ HEALTH_PROBE_TIMEOUT_SECONDS = 2.0  # how long it waits for the answer before it
 REGISTER_SECONDS_PER_BYTE = 1 / (5 * 2**20)
 logger = logging.getLogger("vision_rag_pipeline.api")
 ConfigId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="RAG config id")]
+# What `sniff.decode_image_payload` decodes: padded standard base64, alone or as a data: URL. Said in
+# the schema, so a string that is not base64 is refused by validation (422), and only bytes that are
+# no image get 415.
+BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+DATA_URL = rf"data:[^,]*;base64,{BASE64}"
 ImageField = Annotated[
-    str, Field(min_length=1, max_length=MAX_IMAGE_CHARS, description="base64 or a base64 data: URL")
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_IMAGE_CHARS,
+        pattern=rf"^(?:{DATA_URL}|{BASE64})$",
+        description="an image as base64, or as a base64 data: URL",
+    ),
 ]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 
@@ -235,9 +247,38 @@ class EnrichmentImage(_Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_of_given("data", "url"))
 
     data: ImageField | None = None
-    url: Annotated[ImageField, Field(pattern=r"^data:")] | None = None
+    url: Annotated[ImageField, Field(pattern=rf"^{DATA_URL}$")] | None = None
     name: Name | None = None
     mime: Annotated[str, Field(max_length=100)] | None = None
+
+
+def _override_model(model: type[BaseModel]) -> type[BaseModel]:
+    """`model` with every field optional and unset by default (unset: the config's value stays), its
+    constraints and schema kept: a request's partial override of those settings, validated (and
+    documented) as the config validates them."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            annotation = _override_model(annotation)
+        if info.metadata:  # ge, le, max_length...
+            annotation = Annotated[(annotation, *info.metadata)]
+        # null only where the setting takes it (expiry: none); the unset default is never validated
+        fields[name] = (annotation, Field(None, json_schema_extra=info.json_schema_extra))
+
+    def valid_as_settings(override: BaseModel) -> BaseModel:
+        model.model_validate(override.model_dump(exclude_unset=True))  # the settings' own validators
+        return override
+
+    return create_model(
+        f"{model.__name__}Override",
+        __config__=ConfigDict(extra="forbid"),
+        __validators__={"valid_as_settings": model_validator(mode="after")(valid_as_settings)},
+        **fields,
+    )
+
+
+FeaturesOverride = _override_model(EnrichmentFeatures)
 
 
 class MediaEnrichmentRequest(_Request):
@@ -245,7 +286,9 @@ class MediaEnrichmentRequest(_Request):
     domain: Name | None = None
     config_version: Name | None = None
     images: list[EnrichmentImage] = Field(min_length=1, max_length=MAX_IMAGES_PER_REQUEST)
-    features: dict[str, Any] = Field(default_factory=dict, max_length=10)
+    features: FeaturesOverride = Field(  # type: ignore[valid-type]
+        default_factory=FeaturesOverride, description="settings of media_enrichment.features to use instead"
+    )
 
 
 class GeneratedResponse(BaseModel):
@@ -649,7 +692,10 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     )
     def search_endpoint(request: SearchRequest) -> SearchResponse:
         config = resolve_config(request.rag_config)
-        queries: list[tuple[str, float]] = [(request.query, 1.0)] if request.query else []
+        # a query of white space only, like one of stop words or punctuation, matches nothing
+        queries: list[tuple[str, float]] = (
+            [(request.query, 1.0)] if request.query and request.query.strip() else []
+        )
         picture = None
         if request.image:
             from vision_rag_pipeline.query.image_query import describe_query_image
@@ -657,6 +703,8 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
             with image_slots.turn():
                 picture = describe_query_image(_decode_image(request.image), config)
         if not queries and not picture:
+            if request.query:
+                return SearchResponse(hits=[])
             raise unprocessable("give a query or an image", "query")
         filters = Filters(documents=request.documents, kinds=request.kinds, metadata=request.metadata)
         try:
@@ -693,7 +741,8 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     )
     def enrichment(request: MediaEnrichmentRequest) -> MediaEnrichmentResponse:
         config = resolve_config(request.rag_config)
-        body = request.model_dump(exclude_none=True, exclude={"rag_config"})
+        body = request.model_dump(exclude_none=True, exclude={"rag_config", "features"})
+        body["features"] = request.features.model_dump(exclude_unset=True)  # a null expiry is a setting
         try:
             cache = EnrichmentCache() if config.media_enrichment.features.cache.enabled else None
             with image_slots.turn():

@@ -6,18 +6,20 @@ first one's classifier verdict and the Meta-Content of each out. Served by the H
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
 from pydantic import ValidationError
 
-from vision_rag_pipeline.core.config import RagConfig, config_in_effect
+from vision_rag_pipeline.core.config import RagConfig, RequestLimits, config_in_effect
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, image_mime
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.classifier import classify_images
-from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
+from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES, image_memory
 from vision_rag_pipeline.enrichment.vlm import VisionClient, vision_client_from_env
 
 MAX_IMAGES_PER_REQUEST = 10
@@ -38,9 +40,9 @@ def _request_image(index: int, item: Any) -> DocumentImage:
     label = f"image {index + 1}"
     if not isinstance(item, dict):
         raise ValueError(f"{label}: expected an object with 'data' or 'url', got {type(item).__name__}")
-    if "url" in item and not str(item["url"]).startswith("data:"):
+    if item.get("url") is not None and not str(item["url"]).startswith("data:"):
         raise ValueError(f"{label}: url must be a base64 data: URL")
-    payload = item.get("url", item.get("data"))
+    payload = item["url"] if item.get("url") is not None else item.get("data")
     if payload is None:
         raise ValueError(f"{label}: needs 'data' (base64) or 'url' (data: URL)")
     try:
@@ -50,6 +52,33 @@ def _request_image(index: int, item: Any) -> DocumentImage:
     mime = item.get("mime") or image_mime(data, declared or "") or "application/octet-stream"
     name = str(item.get("name") or f"image-{index + 1}")
     return DocumentImage(url=f"request:{name}", name=name, mime=mime, data=data)
+
+
+def check_request_budget(images: list[DocumentImage], limits: RequestLimits) -> None:
+    """Refuse a request whose images hold more pixels, or would take more memory to decode and read,
+    than `limits.requests` allows, judged from their headers before any is decoded (`ImagePayloadError`,
+    too large). An image whose header does not read is left to its own error."""
+    pixels = memory = 0
+    for image in images:
+        try:
+            with Image.open(io.BytesIO(image.data)) as header:
+                width, height, mode = header.width, header.height, header.mode
+        except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError):
+            continue
+        pixels += width * height
+        memory += image_memory(width, height, mode)
+    if pixels > limits.max_pixels:
+        raise ImagePayloadError(
+            f"media_enrichment: the images hold {pixels:,} pixels together, more than {limits.max_pixels:,} "
+            "(limits.requests.max_pixels)",
+            too_large=True,
+        )
+    if memory > limits.max_memory_bytes:
+        raise ImagePayloadError(
+            f"media_enrichment: decoding and reading the images would take about {memory / 2**20:,.0f} MB, "
+            f"more than {limits.max_memory_bytes / 2**20:,.0f} MB (limits.requests.max_memory_bytes)",
+            too_large=True,
+        )
 
 
 def media_enrichment(
@@ -65,15 +94,17 @@ def media_enrichment(
     whole request; the verdict is named `GPT_VISION` in the output. `vision` defaults to the
     endpoint configured in the environment (None there = offline).
     """
+    base = config or config_in_effect().config
     items = request.get("images") or []
     if not isinstance(items, list) or not items:
         raise ValueError("media_enrichment: 'images' must be a non-empty list")
-    if len(items) > MAX_IMAGES_PER_REQUEST:
+    most = min(MAX_IMAGES_PER_REQUEST, base.limits.requests.max_images)
+    if len(items) > most:
         raise ValueError(
-            f"media_enrichment: {len(items)} images, at most {MAX_IMAGES_PER_REQUEST} per request"
+            f"media_enrichment: {len(items)} images, at most {most} per request (limits.requests.max_images)"
         )
     images = [_request_image(i, item) for i, item in enumerate(items)]
-    base = config or config_in_effect().config
+    check_request_budget(images, base.limits.requests)
     data = base.model_dump()
     data["domain"] = request.get("domain", base.domain)
     data["config_version"] = request.get("config_version", base.config_version)

@@ -135,10 +135,18 @@ def test_bad_requests_get_clear_4xx(base_url: str) -> None:
     assert status == 404 and "unknown rag_config 'nope'" in body["detail"]
     status, body = call(f"{base_url}/search", {"k": 3})
     assert status == 422 and "query or an image" in body["detail"][0]["msg"]
-    status, body = call(f"{base_url}/search", {"image": "%%%"})
-    assert status == 415 and "invalid base64" in body["detail"]
+    status, body = call(f"{base_url}/search", {"image": "%%%"})  # the schema says base64
+    assert status == 422 and body["detail"][0]["loc"][-1] == "image"
+    status, body = call(f"{base_url}/search", {"image": "AAAA"})  # base64, but of no image
+    assert status == 415 and "not a readable image" in body["detail"]
     status, _ = call(f"{base_url}/chat", b"{not json", "application/json")
     assert status == 422
+
+
+@pytest.mark.parametrize("query", ["\t", " ", "\x1f", "\u3000"])
+def test_a_query_of_white_space_is_a_valid_query_that_matches_nothing(base_url: str, query: str) -> None:
+    """schemathesis: `{"query": "\t"}` got 422, though the spec says a query is any string."""
+    assert call(f"{base_url}/search", {"query": query}) == (200, {"hits": []})
 
 
 def test_chat_answers_with_verbatim_citations(base_url: str) -> None:
@@ -164,6 +172,28 @@ def test_media_enrichment_classifies_and_describes(base_url: str) -> None:
         f"{base_url}/enrichment-services/media-enrichment", {**request, "images": [image] * 11}
     )
     assert status == 422 and body["detail"][0]["loc"][-1] == "images"
+
+
+def test_media_enrichment_features_are_the_settings_the_schema_lists(base_url: str) -> None:
+    """schemathesis: `features: {"": null}` matched the schema (any object) and got 422; a null `url`
+    beside `data` was taken for a URL. The schema lists the feature settings a request may override."""
+    status, spec = call(f"{base_url}/openapi.json")
+    schemas = spec["components"]["schemas"]
+    features = schemas["EnrichmentFeaturesOverride"]
+    assert (
+        set(features["properties"]) == {"mllm", "classifier", "cache"}
+        and not features["additionalProperties"]
+    )
+    assert "pattern" in json.dumps(schemas["CacheFeatureOverride"]["properties"]["key_format"])
+    image = {"data": base64.b64encode(chart()).decode(), "url": None, "name": "feed.png"}
+    request = {"images": [image], "features": {"cache": {"enabled": False, "expiry": None}}}
+    status, body = call(f"{base_url}/enrichment-services/media-enrichment", request)
+    assert status == 200 and "Numbat" in body["generated_response"]["content"], body
+    for features in ({"": None}, {"cache": {"key_format": "{hash}{0}"}}, {"classifier": {"enabled": None}}):
+        status, body = call(
+            f"{base_url}/enrichment-services/media-enrichment", {**request, "features": features}
+        )
+        assert status == 422 and body["detail"][0]["loc"][:2] == ["body", "features"], (features, body)
 
 
 def test_upload_drops_files_in_the_inbox_and_starts_ingestion(

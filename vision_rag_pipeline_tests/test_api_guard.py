@@ -263,6 +263,77 @@ def test_media_enrichment_names_bombs_and_big_images_are_4xx_or_handled(guarded:
     assert status == 413 and "over the 20 MB limit" in body["detail"]
 
 
+def _deep_image(kind: str, side: int = 6300) -> bytes:
+    """A side x side 16-bit PNG or 32-bit float TIFF, white with one dark bar: ~90-260 KB of file
+    that decodes to 80-160 MB."""
+    import numpy as np
+
+    dtype, ink, paper = (np.uint16, 1000, 60000) if kind == "png16" else (np.float32, 0.1, 0.9)
+    pixels = np.full((side, side), paper, dtype=dtype)
+    pixels[side // 10 : side // 10 + 200, side // 10 : side // 2] = ink
+    buffer = io.BytesIO()
+    if kind == "png16":
+        Image.fromarray(pixels).save(buffer, format="PNG")
+    else:
+        Image.fromarray(pixels, mode="F").save(buffer, format="TIFF", compression="tiff_deflate")
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _rss_growth() -> Iterator[list[int]]:
+    """This process's RSS growth over its value at the start, peak sampled every 10 ms ([bytes])."""
+    import threading
+
+    import psutil
+
+    process = psutil.Process()
+    baseline = process.memory_info().rss
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], process.memory_info().rss - baseline)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()
+
+
+def test_deep_images_are_decoded_at_8_bits_and_a_request_past_its_budget_is_413(guarded: str) -> None:
+    """One 1.2 MB request (nine 16-bit 6300² PNGs) took `serve` from 729 MB to 2,977 MB for 110 s; one
+    such PNG as a search cost +1.03 GB, a float TIFF +1.16 GB. 16-bit and float images are brought
+    to 8 bits a strip at a time now (BENCHMARKS.md measures `serve` itself), and a request whose
+    images hold more pixels, or would take more memory, than limits.requests allows is refused before
+    any is decoded."""
+    png16, tiff = _deep_image("png16"), _deep_image("float")
+    enrich = f"{guarded}/enrichment-services/media-enrichment"
+    nine = {
+        "images": [{"data": base64.b64encode(png16).decode()}] * 9,
+        "features": {"cache": {"enabled": False}},
+    }
+    status, body = call(enrich, nine, headers=AUTH)
+    assert status == 413 and "(limits.requests.max_pixels)" in body["detail"], body
+    two = {**nine, "images": nine["images"][:2]}  # 79 megapixels, 1.1 GB to decode and read
+    status, body = call(enrich, two, headers=AUTH)
+    assert status == 413 and "(limits.requests.max_memory_bytes)" in body["detail"], body
+    for path, image in (("/search", png16), ("/enrichment-services/media-enrichment", tiff)):
+        encoded = base64.b64encode(image).decode()
+        request = (
+            {"image": encoded, "k": 3}
+            if path == "/search"
+            else {"images": [{"data": encoded}], "features": {"cache": {"enabled": False}}}
+        )
+        with _rss_growth() as growth:
+            status, body = call(f"{guarded}{path}", request, headers=AUTH)
+        assert status == 200, body
+        # before: +1,031 MB (16-bit search), +1,536 MB (float enrichment); now about +250 and +700
+        assert growth[0] < 900 * 2**20, f"{path}: +{growth[0] / 2**20:.0f} MB for one deep image"
+
+
 def test_upload_file_names_that_cannot_be_files_are_422(guarded: str) -> None:
     pdf = b"%PDF-1.4\n%%EOF\n"
     for name in ["x" * 300 + ".pdf", "nul\x00.pdf"]:

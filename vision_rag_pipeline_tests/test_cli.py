@@ -13,6 +13,7 @@ import pytest
 from vision_rag_pipeline.cli import SAMPLES, main
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.documents.registry import document_id_for
+from vision_rag_pipeline_tests.conftest import bench_module
 
 INGEST_KEYS = {
     "documents",
@@ -50,14 +51,20 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     bad = tmp_path / "notes.txt"
     bad.write_text("just text")
     missing = tmp_path / "missing.pdf"
-    code, out = _run(capsys, "ingest", *samples, str(bad), str(missing), "--json", "--workers", "2")
+    blank = tmp_path / "blank.pdf"  # 2,000 pages: past limits.documents.max_pages, refused at once
+    blank.write_bytes(bench_module("bench_document_bombs").blank_pages_pdf(2000))
+    code, out = _run(
+        capsys, "ingest", *samples, str(bad), str(missing), str(blank), "--json", "--workers", "2"
+    )
     report = json.loads(out)
     assert set(report) == INGEST_KEYS
     assert code == 1, "a failed file makes the exit code 1"
     assert report["documents"] == len(samples), "the good files are still ingested"
     assert set(report["ocr_languages"]) == {"eng"}, "English samples are read in English alone"
-    assert {f["path"] for f in report["failed"]} == {str(bad), str(missing)}
+    assert {f["path"] for f in report["failed"]} == {str(bad), str(missing), str(blank)}
     assert all("\n" not in f["error"] and f["error"] for f in report["failed"])
+    [refused] = [f["error"] for f in report["failed"] if f["path"] == str(blank)]
+    assert "2,000 pages, more than 1,000 (limits.documents.max_pages)" in refused, refused
     assert report["chunks"] > 0 and report["images"] > 0
     assert set(report["languages"]) == {"en"}, "the samples are English"
     assert report["warnings"] == [], "English documents and an English model: nothing to warn about"

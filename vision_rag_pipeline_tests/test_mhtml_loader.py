@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from vision_rag_pipeline.core.config import DocumentLimits
 from vision_rag_pipeline.core.sniff import sniff_document_kind, sniff_image_mime
 from vision_rag_pipeline.documents.mhtml import load_mhtml
-from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
-from vision_rag_pipeline_tests.conftest import CORPUS
+from vision_rag_pipeline.documents.model import DocumentBudgetError, DocumentError, LoadedDocument
+from vision_rag_pipeline_tests.conftest import CORPUS, bench_module
 
 PAGE_URL = "https://example.test/articles/page.html"
 
@@ -487,6 +488,40 @@ KNOWN_IN_CORPUS = {  # file -> (minimum distinct images, maximum distinct images
     "mhtml2html_portfolio.mhtml": (0, 5, "Max Sindwani"),
     "testimio_wikipedia.mhtml": (5, 12, "Node.js"),
 }
+
+
+def test_multipart_bodies_nested_past_the_limit_are_refused_before_they_are_parsed(tmp_path: Path) -> None:
+    """A 3,000-deep multipart archive failed with "maximum recursion depth exceeded"."""
+    bombs = bench_module("bench_document_bombs")
+    with pytest.raises(DocumentBudgetError) as refused:
+        load(tmp_path, bombs.deep_mhtml(3000))
+    assert (
+        str(refused.value)
+        == "page.mhtml: multipart bodies nested more than 32 deep (limits.documents.max_mhtml_depth)"
+    )
+    assert texts(load(tmp_path, bombs.deep_mhtml(32), "nested.mhtml")) == ["The page at the bottom."]
+
+
+def test_a_url_urllib_cannot_parse_is_a_missing_image_not_an_error(tmp_path: Path) -> None:
+    """The parser fuzz found `<img src="https://[cdn...">` raising ValueError ("Invalid IPv6 URL")."""
+    broken = Resource(raster("png"), "image/png", "https://[cdn.example/logo.png")
+    doc = load(
+        tmp_path,
+        build_mhtml('<p>Logo</p><img src="https://[cdn.example/a.png"><base href="http://[x">', (broken,)),
+    )
+    assert texts(doc) == ["Logo"]
+
+
+def test_parts_decoding_past_the_limits_are_refused(tmp_path: Path) -> None:
+    logo = Resource(raster("png", (400, 300)), "image/png", "https://example.test/articles/logo.png")
+    archive = build_mhtml("<p>Logo below</p><img src='logo.png'>", (logo,))
+    path = tmp_path / "page.mhtml"
+    path.write_bytes(archive)
+    with pytest.raises(DocumentBudgetError, match=r"in one part \(limits.documents.max_stream_bytes\)"):
+        load_mhtml(path, DocumentLimits(max_stream_bytes=200))
+    with pytest.raises(DocumentBudgetError, match=r"\(limits.documents.max_document_bytes\)"):
+        load_mhtml(path, DocumentLimits(max_document_bytes=len(archive) // 2))
+    assert len(load_mhtml(path).images) == 1
 
 
 @pytest.mark.skipif(not MHTML_CORPUS, reason="shared corpus not present")

@@ -13,11 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from vision_rag_pipeline.documents.model import DocumentError
+from vision_rag_pipeline.core.config import DocumentLimits
+from vision_rag_pipeline.documents.model import DocumentBudgetError, DocumentError
 from vision_rag_pipeline.documents.pdf import load_pdf
-from vision_rag_pipeline_tests.conftest import CORPUS
+from vision_rag_pipeline_tests.conftest import CORPUS, bench_module
 
 LETTER = (612, 792)
+bombs = bench_module("bench_document_bombs")
 
 
 @dataclass
@@ -426,6 +428,39 @@ def test_missing_file_raises_document_error(tmp_path: Path) -> None:
 
 
 CORPUS_PDFS = sorted((CORPUS / "pdf").glob("*.pdf")) if (CORPUS / "pdf").is_dir() else []
+
+
+def test_a_pdf_of_more_pages_than_the_limit_is_refused_before_a_page_is_read(tmp_path: Path) -> None:
+    """A 464 KB PDF of 2,000 blank pages had not finished loading and OCR after 400 s."""
+    with pytest.raises(DocumentBudgetError) as refused:
+        load_pdf(save(tmp_path, bombs.blank_pages_pdf(2000)))
+    assert str(refused.value) == "doc.pdf: 2,000 pages, more than 1,000 (limits.documents.max_pages)"
+    few = save(tmp_path, bombs.blank_pages_pdf(3), "few.pdf")
+    with pytest.raises(DocumentBudgetError, match="limits.documents.max_pages"):
+        load_pdf(few, DocumentLimits(max_pages=2))
+    assert load_pdf(few, DocumentLimits(max_pages=3)).pages == 3
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [bombs.content_bomb_pdf, bombs.image_bomb_pdf, lambda: bombs.image_bomb_pdf(indirect_size=True)],
+    ids=["content-1GB", "image-18000", "image-indirect-size"],
+)
+def test_a_stream_inflating_past_the_limit_is_refused_before_pdfium_inflates_it(tmp_path: Path, bomb) -> None:  # noqa: ANN001
+    """A 1 MB PDF whose one stream inflates to 1 GB peaked at 2.5 GB (the bench measures the memory)."""
+    with pytest.raises(
+        DocumentBudgetError, match=r"more than 134,217,728 bytes \(limits.documents.max_stream_bytes\)"
+    ):
+        load_pdf(save(tmp_path, bomb()))
+
+
+def test_streams_inflating_past_the_document_limit_together_are_refused(tmp_path: Path) -> None:
+    path = save(tmp_path, bombs.content_bomb_pdf(8 << 20, pages=3))
+    limits = DocumentLimits(max_stream_bytes=16 << 20, max_document_bytes=20 << 20)
+    with pytest.raises(DocumentBudgetError, match=r"together \(limits.documents.max_document_bytes\)"):
+        load_pdf(path, limits)
+    doc = load_pdf(path, limits.model_copy(update={"max_document_bytes": 32 << 20}))
+    assert doc.pages == 3 and "A page with a few words on it." in doc.text
 
 
 @pytest.mark.skipif(not CORPUS_PDFS, reason="corpus not available")

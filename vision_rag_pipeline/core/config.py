@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -87,10 +88,17 @@ class ClassifierFeature(_Strict):
     threshold: float = Field(0.8, ge=0.0, le=1.0)
 
 
+_EXPIRY = r"^([0-9]{1,5}):([0-9]{1,2}):([0-9]{1,2}):([0-9]{1,2})$"
+# the placeholders a key may use (`{{` and `}}` write a brace), {hash} among them
+_KEY_PART = r"(?:[^{}]|\{domain\}|\{config_version\}|\{hash\}|\{\{|\}\})"
+_KEY_FORMAT = rf"^{_KEY_PART}*\{{hash\}}{_KEY_PART}*$"
+
+
 class CacheFeature(_Strict):
     enabled: bool = True
-    expiry: str | None = "07:00:00:00"
-    key_format: str = "{domain}-{config_version}-{hash}"
+    # the patterns say in the JSON Schema (the HTTP API's) what the validators accept
+    expiry: str | None = Field("07:00:00:00", json_schema_extra={"pattern": _EXPIRY})
+    key_format: str = Field("{domain}-{config_version}-{hash}", json_schema_extra={"pattern": _KEY_FORMAT})
 
     @field_validator("expiry")
     @classmethod
@@ -104,15 +112,19 @@ class CacheFeature(_Strict):
     def _key_has_hash(cls, v: str) -> str:
         if "{hash}" not in v:
             raise ValueError("key_format must contain {hash}, or every image would share one cache entry")
+        if not re.fullmatch(_KEY_FORMAT, v):
+            raise ValueError(
+                f"key_format {v!r}: only {{domain}}, {{config_version}} and {{hash}} are known ({{{{ and }}}} write a brace)"
+            )
         return v
 
 
 def parse_expiry_seconds(expiry: str) -> int:
-    """`DD:HH:MM:SS` -> seconds."""
-    parts = expiry.split(":")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"expiry must be DD:HH:MM:SS, got {expiry!r}")
-    days, hours, minutes, seconds = (int(p) for p in parts)
+    """`DD:HH:MM:SS` -> seconds (at most 99,999 days)."""
+    match = re.fullmatch(_EXPIRY, expiry)
+    if not match:
+        raise ValueError(f"expiry must be DD:HH:MM:SS (days up to 99999), got {expiry!r}")
+    days, hours, minutes, seconds = (int(p) for p in match.groups())
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
@@ -280,10 +292,47 @@ class DatabaseLimits(_Strict):
     statement_timeout_s: float = Field(600.0, gt=0)
 
 
+class DocumentLimits(_Strict):
+    """What loading one document may cost. A file past a limit fails to load with a one-line error
+    naming the setting, before the work it would cost: a 464 KB PDF of 2,000 blank pages took more
+    than 400 s, a 1 MB PDF whose one stream inflates to 1 GB peaked at 2.5 GB, a 3,000-deep
+    multipart MHTML exhausted the parser's stack."""
+
+    max_pages: int = Field(1000, gt=0)  # pages of a PDF
+    # bytes one PDF stream (content, image, font...) inflates to, or one image decodes to; one MHTML part
+    max_stream_bytes: int = Field(128 * 2**20, gt=0)
+    # bytes all of a document's streams (MHTML: parts) inflate to, together
+    max_document_bytes: int = Field(4 * 2**30, gt=0)
+    max_mhtml_depth: int = Field(32, gt=0)  # multipart bodies nested in each other
+
+
+class ImageLimits(_Strict):
+    """What decoding one image may cost. 16-bit and floating-point images are decoded at 8 bits, a
+    strip at a time (their range stretched over 0-255): a 16-bit 6300 x 6300 PNG cost 1 GB decoded
+    whole in 64-bit floats."""
+
+    max_pixels: int = Field(40_000_000, gt=0)  # a 600 dpi A3 scan fits; a 50,000 x 50,000 "bomb" does not
+
+
+class RequestLimits(_Strict):
+    """What one media-enrichment request may cost, judged from its images' headers before any is
+    decoded (413 past a limit): one 1.2 MB request of nine 16-bit 6300 x 6300 PNGs held 2.2 GB of
+    the server for 110 s."""
+
+    max_images: int = Field(10, ge=1, le=10)  # the operation takes ten at most
+    max_pixels: int = Field(100_000_000, gt=0)  # all its images together
+    # memory per request: what decoding and reading its images takes at most, all together, estimated
+    # from their headers (enrichment/preprocess.py `image_memory`)
+    max_memory_bytes: int = Field(2**30, gt=0)
+
+
 class Limits(_Strict):
     """What one caller may cost: budgets on documents, images, requests and database calls. None is
     part of any code version: a limit decides whether something is processed, not what it gives."""
 
+    documents: DocumentLimits = Field(default_factory=DocumentLimits)
+    images: ImageLimits = Field(default_factory=ImageLimits)
+    requests: RequestLimits = Field(default_factory=RequestLimits)
     database: DatabaseLimits = Field(default_factory=DatabaseLimits)
 
 

@@ -13,7 +13,7 @@ import dagster as dg
 
 from vision_rag_pipeline.defs.io_manager import delete_partition_values, hold_document
 from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource
+from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 from vision_rag_pipeline.documents.loader import load_document_bytes
 from vision_rag_pipeline.documents.model import LoadedDocument
 from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
@@ -33,12 +33,17 @@ warnings.filterwarnings(
     description="The file as received (MHTML or PDF; read from the copy stored at registration), parsed into ordered, located elements and images. "
     "Its data version is the file's sha256, so only changed files make downstream assets stale.",
 )
-def raw_documents(context: dg.AssetExecutionContext, index_db: IndexDatabase) -> dg.Output[LoadedDocument]:
+def raw_documents(
+    context: dg.AssetExecutionContext, index_db: IndexDatabase, rag_config: RagConfigResource
+) -> dg.Output[LoadedDocument]:
     registry = index_db.registry()
     registered = registry.get(context.partition_key)
     context.log.info(f"loading {registered.source_path} (the copy stored when it was registered)")
     doc = load_document_bytes(
-        registry.content(context.partition_key), registered.abs_path, source_path=registered.source_path
+        registry.content(context.partition_key),
+        registered.abs_path,
+        source_path=registered.source_path,
+        limits=rag_config.load().limits.documents,
     )
     return dg.Output(
         doc,

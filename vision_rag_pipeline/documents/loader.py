@@ -6,6 +6,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
+from vision_rag_pipeline.core.config import DocumentLimits
 from vision_rag_pipeline.core.sniff import sniff_document_kind
 from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
 
@@ -16,8 +17,11 @@ from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
 LOADER_REVISION = 2
 
 
-def load_document(path: str | Path, source_path: str | None = None) -> LoadedDocument:
-    """Load an MHTML or PDF file; `source_path` is the path as the user gave it."""
+def load_document(
+    path: str | Path, source_path: str | None = None, limits: DocumentLimits | None = None
+) -> LoadedDocument:
+    """Load an MHTML or PDF file; `source_path` is the path as the user gave it, `limits` what loading
+    it may cost (the defaults when None; past one: `DocumentBudgetError`)."""
     file = Path(path)
     if not file.is_file():
         raise DocumentError(f"{file}: no such file")
@@ -30,11 +34,11 @@ def load_document(path: str | Path, source_path: str | None = None) -> LoadedDoc
     if kind == "pdf":
         from vision_rag_pipeline.documents.pdf import load_pdf
 
-        doc = load_pdf(file)
+        doc = load_pdf(file, limits)
     else:
         from vision_rag_pipeline.documents.mhtml import load_mhtml
 
-        doc = load_mhtml(file)
+        doc = load_mhtml(file, limits)
     data = file.read_bytes()
     return doc.model_copy(
         update={
@@ -45,7 +49,9 @@ def load_document(path: str | Path, source_path: str | None = None) -> LoadedDoc
     )
 
 
-def load_document_bytes(data: bytes, name: str, source_path: str) -> LoadedDocument:
+def load_document_bytes(
+    data: bytes, name: str, source_path: str, limits: DocumentLimits | None = None
+) -> LoadedDocument:
     """Load a document from its stored bytes; `name` is the original file name (messages, titles).
 
     The loaders read files (pdfium maps them), so the bytes go to a private temporary file first.
@@ -53,4 +59,4 @@ def load_document_bytes(data: bytes, name: str, source_path: str) -> LoadedDocum
     with tempfile.TemporaryDirectory(prefix="vision-rag-doc-") as folder:
         file = Path(folder) / Path(name).name
         file.write_bytes(data)
-        return load_document(file, source_path=source_path)
+        return load_document(file, source_path=source_path, limits=limits)

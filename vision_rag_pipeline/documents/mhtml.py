@@ -43,8 +43,10 @@ from bs4.dammit import UnicodeDammit
 from bs4.element import PreformattedString
 from PIL import Image
 
+from vision_rag_pipeline.core.config import DocumentLimits
 from vision_rag_pipeline.core.sniff import image_mime
 from vision_rag_pipeline.documents.model import (
+    DocumentBudgetError,
     DocumentError,
     DocumentImage,
     Element,
@@ -106,18 +108,34 @@ _MAX_FRAME_DEPTH = 8
 _MAX_FRAMES = 256
 
 
-def load_mhtml(path: str | Path) -> LoadedDocument:
-    """Read an MHTML file into elements in reading order plus the images it shows."""
+def load_mhtml(path: str | Path, limits: DocumentLimits | None = None) -> LoadedDocument:
+    """Read an MHTML file into elements in reading order plus the images it shows; `limits` bound
+    its size, its parts' and how deeply its multipart bodies nest (the defaults when None)."""
     path = Path(path)
+    limits = limits or DocumentLimits()
     try:
+        if path.stat().st_size > limits.max_document_bytes:
+            raise DocumentBudgetError(
+                f"{path.name}: {path.stat().st_size:,} bytes, more than {limits.max_document_bytes:,} "
+                "(limits.documents.max_document_bytes)"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise DocumentError(f"{path.name}: cannot read file ({exc.strerror or exc})") from exc
     if not raw.strip():
         raise DocumentError(f"{path.name}: empty file")
-    archive = _Archive.parse(raw, path.name)
-    reader = _PageReader(archive)
-    soup = reader.read()
+    depth = multipart_depth(raw, limits.max_mhtml_depth)
+    if depth > limits.max_mhtml_depth:
+        raise DocumentBudgetError(
+            f"{path.name}: multipart bodies nested more than {limits.max_mhtml_depth} deep "
+            "(limits.documents.max_mhtml_depth)"
+        )
+    try:
+        archive = _Archive.parse(raw, path.name, limits)
+        reader = _PageReader(archive)
+        soup = reader.read()
+    except RecursionError:  # a limit raised past what the parser's stack holds
+        raise DocumentError(f"{path.name}: nested too deeply to parse") from None
     title = _collapse(soup.title.get_text()) if soup.title else ""
     metadata = _archive_metadata(archive)
     return LoadedDocument(
@@ -148,12 +166,13 @@ class _Part:
 class _Archive:
     """The parts of an MHTML message, findable by URL the way the saved page references them."""
 
-    def __init__(self, message: Message, name: str):
+    def __init__(self, message: Message, name: str, limits: DocumentLimits):
         self.message = message
         self.parts: list[_Part] = []
         self._by_location: dict[str, _Part] = {}
         self._by_folded_location: dict[str, _Part] = {}
         self._by_cid: dict[str, _Part] = {}
+        decoded = 0
         for leaf in message.walk():
             if leaf.is_multipart():
                 continue
@@ -164,6 +183,15 @@ class _Archive:
                 cid=(_header_text(leaf, "Content-ID").strip("<> ") or None),
                 data=_payload_bytes(leaf),
             )
+            decoded += len(part.data)
+            if len(part.data) > limits.max_stream_bytes or decoded > limits.max_document_bytes:
+                setting = (
+                    "max_stream_bytes" if len(part.data) > limits.max_stream_bytes else "max_document_bytes"
+                )
+                raise DocumentBudgetError(
+                    f"{name}: its parts decode to more than {getattr(limits, setting):,} bytes "
+                    f"{'in one part' if setting == 'max_stream_bytes' else 'together'} (limits.documents.{setting})"
+                )
             self.parts.append(part)
             if part.location:
                 key = part.location.split("#", 1)[0]
@@ -177,13 +205,13 @@ class _Archive:
             raise DocumentError(f"{name}: no text/html part in the archive")
 
     @classmethod
-    def parse(cls, raw: bytes, name: str) -> _Archive:
+    def parse(cls, raw: bytes, name: str, limits: DocumentLimits) -> _Archive:
         message = email.message_from_bytes(raw)
         if not (message.is_multipart() or message.get_content_type() in _HTML_TYPES):
             message = _reparse_broken_headers(raw) or message
         if not (message.is_multipart() or message.get_content_type() in _HTML_TYPES):
             raise DocumentError(f"{name}: not an MHTML archive (no multipart/related MIME structure)")
-        return cls(message, name)
+        return cls(message, name, limits)
 
     def _root_part(self) -> _Part | None:
         start = self.message.get_param("start") if self.message.is_multipart() else None
@@ -198,7 +226,7 @@ class _Archive:
             return None
         if url[:4].lower() == "cid:":
             return self._by_cid.get(unquote(url[4:]).strip("<> "))
-        absolute = urljoin(base, url) if base else url
+        absolute = _joined(base, url) if base else url
         for candidate in (absolute, url):
             key = candidate.split("#", 1)[0]
             if part := self._by_location.get(key) or self._by_location.get(unquote(key)):
@@ -206,9 +234,63 @@ class _Archive:
         return self._by_folded_location.get(unquote(absolute.split("#", 1)[0]).lower())
 
 
+def _joined(base: str, url: str) -> str:
+    """`url` resolved against `base`; as it stands when either does not parse (`https://[host`,
+    which urllib takes for a broken IPv6 address)."""
+    try:
+        return urljoin(base, url)
+    except ValueError:
+        return url
+
+
+def _url_path(url: str) -> str:
+    try:
+        return urlsplit(url).path
+    except ValueError:
+        return url
+
+
 def _payload_bytes(leaf: Message) -> bytes:
     payload = leaf.get_payload(decode=True)
     return payload if isinstance(payload, bytes) else b""
+
+
+# a multipart Content-Type header (folded lines included) and the boundary it declares
+_MULTIPART_HEADER = re.compile(
+    rb"^content-type:[ \t]*multipart/[^\r\n]*(?:\r?\n[ \t][^\r\n]*)*", re.IGNORECASE | re.MULTILINE
+)
+_BOUNDARY_PARAMETER = re.compile(rb"boundary\s*=\s*(?:\"([^\"\r\n]+)\"|([^\s;\"]+))", re.IGNORECASE)
+_DELIMITER_LINE = re.compile(rb"^--([^\r\n]+?)[ \t]*\r?$", re.MULTILINE)
+
+
+def multipart_depth(raw: bytes, limit: int) -> int:
+    """How deeply the archive's multipart bodies nest, read from the bytes before the MIME parser
+    (which recurses once a level) sees them; counting stops past `limit`.
+
+    A body opens where its boundary is declared and closes at its closing delimiter, or at a
+    delimiter of a body around it (a part that ends its parent ends its children)."""
+    declared = (
+        (header.start(), False, found.group(1) or found.group(2))
+        for header in _MULTIPART_HEADER.finditer(raw)
+        if (found := _BOUNDARY_PARAMETER.search(header.group(0)))
+    )
+    delimiters = ((line.start(), True, line.group(1)) for line in _DELIMITER_LINE.finditer(raw))
+    events = sorted([*declared, *delimiters])
+    open_bodies: list[bytes] = []
+    deepest = 0
+    for _, delimiter, value in events:
+        if not delimiter:
+            open_bodies.append(value.strip())
+            deepest = max(deepest, len(open_bodies))
+            if deepest > limit:
+                break
+            continue
+        closing = value.endswith(b"--") and value[:-2].strip() in open_bodies
+        boundary = value[:-2].strip() if closing else value.strip()
+        if boundary in open_bodies:
+            level = len(open_bodies) - 1 - open_bodies[::-1].index(boundary)
+            del open_bodies[level if closing else level + 1 :]
+    return deepest
 
 
 def _reparse_broken_headers(raw: bytes) -> Message | None:
@@ -398,7 +480,7 @@ class _PageReader:
         soup = BeautifulSoup(html, "lxml")
         base = part.location or base
         if (base_tag := soup.find("base", href=True)) is not None:
-            base = urljoin(base, str(base_tag["href"]))
+            base = _joined(base, str(base_tag["href"]))
         frame = _Frame(base=base)
         if "imagedata" not in html:  # not a Word save: no VML pictures to pair with <img> fallbacks
             return soup, frame
@@ -644,7 +726,7 @@ class _PageReader:
     def _unique_name(self, url: str, mime: str, number: int) -> str:
         """A short file-like name: the URL's basename (with an extension), else image-N.<ext>; unique here."""
         extension = _IMAGE_EXTENSIONS.get(mime, "img")
-        basename = "" if url.startswith(("cid:", "data:")) else unquote(urlsplit(url).path).rsplit("/", 1)[-1]
+        basename = "" if url.startswith(("cid:", "data:")) else unquote(_url_path(url)).rsplit("/", 1)[-1]
         basename = re.sub(r"[^\w.\-]+", "_", basename).strip("._")[-80:]
         if not basename:
             basename = f"image-{number}.{extension}"

@@ -96,3 +96,7 @@ class LoadedDocument(BaseModel):
 
 class DocumentError(Exception):
     """A file that cannot be loaded; the message is one line naming the reason."""
+
+
+class DocumentBudgetError(DocumentError):
+    """A document past one of `limits.documents`; the message names the file and the setting."""

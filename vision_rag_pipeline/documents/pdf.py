@@ -9,6 +9,10 @@ Pages without a text layer are rendered whole (`is_page_image=True`) so the OCR 
 An image under invisible text (a scan the producer OCR'd) carries that text as `text_layer`: the
 PDF's own reading of it, which the enrichment stage uses instead of reading the image again.
 pdfium is not thread-safe: load one PDF per thread/process at a time.
+
+Before any page is parsed the document is held to `limits.documents`: its page count, what its
+streams inflate to (`pdf_streams.py`), and, page by page, what each image on it decodes to; past a
+limit it fails with a one-line `DocumentBudgetError` naming the setting.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageChops
 
+from vision_rag_pipeline.core.config import DocumentLimits
 from vision_rag_pipeline.documents.model import (
     BBox,
+    DocumentBudgetError,
     DocumentError,
     DocumentImage,
     Element,
@@ -35,6 +41,7 @@ from vision_rag_pipeline.documents.model import (
     PageInfo,
 )
 from vision_rag_pipeline.documents.page_numbers import edge_numbers, printed_page_numbers
+from vision_rag_pipeline.documents.pdf_streams import check_stream_budget
 
 PDF_MIME = "application/pdf"
 MIN_TEXT_CHARS = 5  # fewer visible characters than this and a page counts as a scan
@@ -125,9 +132,11 @@ class _PageFrame:
         return (0.0, 0.0, round(self.width, 2), round(self.height, 2))
 
 
-def load_pdf(path: str | Path) -> LoadedDocument:
-    """Text paragraphs and images of a PDF in reading order, each with page and bbox (and char span)."""
+def load_pdf(path: str | Path, limits: DocumentLimits | None = None) -> LoadedDocument:
+    """Text paragraphs and images of a PDF in reading order, each with page and bbox (and char span);
+    `limits` bound what it may cost (the defaults when None)."""
     path = Path(path)
+    limits = limits or DocumentLimits()
     try:
         pdf = pdfium.PdfDocument(path)
     except FileNotFoundError:
@@ -137,17 +146,22 @@ def load_pdf(path: str | Path) -> LoadedDocument:
         reason = _OPEN_ERRORS.get(getattr(error, "err_code", None), "not a readable PDF (or no pages)")
         raise DocumentError(f"{path.name}: {reason}") from None
     try:
-        return _load(pdf, path)
+        return _load(pdf, path, limits)
     except pdfium.PdfiumError as error:
         raise DocumentError(f"{path.name}: corrupt PDF ({error})") from None
     finally:
         pdf.close()
 
 
-def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
+def _load(pdf: pdfium.PdfDocument, path: Path, limits: DocumentLimits) -> LoadedDocument:
     page_count = len(pdf)
     if page_count == 0:
         raise DocumentError(f"{path.name}: the PDF has no pages")
+    if page_count > limits.max_pages:
+        raise DocumentBudgetError(
+            f"{path.name}: {page_count:,} pages, more than {limits.max_pages:,} (limits.documents.max_pages)"
+        )
+    check_stream_budget(path, limits)
     elements: list[Element] = []
     images: list[DocumentImage] = []
     first_page_blocks: list[_Block] | None = None
@@ -155,6 +169,7 @@ def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
     for page_index in range(page_count):
         page = pdf[page_index]
         try:
+            _check_images(page, page_index + 1, path.name, limits)
             blocks, margin_lines = _page_blocks(page, page_index + 1, path.name)
         finally:
             page.close()
@@ -182,6 +197,19 @@ def _load(pdf: pdfium.PdfDocument, path: Path) -> LoadedDocument:
         pages=page_count,
         page_info=_page_info(pdf, margin_numbers),
     )
+
+
+def _check_images(page: pdfium.PdfPage, page_number: int, file_name: str, limits: DocumentLimits) -> None:
+    """Refuse the page before any of its images is decoded (to be extracted, or in a rendering of
+    the page) when one decodes to more than `max_stream_bytes`: pdfium decodes an image whole."""
+    for image_object in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE]):
+        width, height = image_object.get_px_size()
+        bits = max(image_object.get_metadata().bits_per_pixel, 8)
+        if width * height * bits // 8 > limits.max_stream_bytes:
+            raise DocumentBudgetError(
+                f"{file_name}: page {page_number}: a {width:,}x{height:,} image decodes to more than "
+                f"{limits.max_stream_bytes:,} bytes (limits.documents.max_stream_bytes)"
+            )
 
 
 def _page_info(pdf: pdfium.PdfDocument, margin_numbers: list[list[int]]) -> list[PageInfo]:

@@ -16,13 +16,28 @@ from xml.parsers import expat
 import numpy as np
 from PIL import Image, ImageChops, ImageFilter, ImageOps, UnidentifiedImageError
 
+from vision_rag_pipeline.core.config import config_in_effect
 from vision_rag_pipeline.core.sniff import is_svg
 from vision_rag_pipeline.enrichment.cost import vision_size
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
-# 40 megapixels: a 600 dpi A3 scan fits; a 50,000 x 50,000 "bomb" (2.5 GP) does not.
-MAX_IMAGE_PIXELS = 40_000_000
-# (Pillow's own guard, left at its default, refuses far larger ones while opening the header.)
+# Pixels per image: `limits.images.max_pixels` of the config (Pillow's own guard, left at its default,
+# refuses far larger ones while opening the header).
+HIGH_DEPTH_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N", "I", "F"})
+_STRIP_PIXELS = 1 << 20  # pixels of a 16-bit or float image stretched to 8 bits at a time
+# bytes a pixel takes in Pillow, by mode (RGB is stored in four), for what decoding costs
+_MODE_BYTES = {
+    "1": 1,
+    "L": 1,
+    "P": 1,
+    "I;16": 2,
+    "I;16B": 2,
+    "I;16L": 2,
+    "I;16N": 2,
+    "LA": 4,
+    "La": 4,
+    "PA": 4,
+}
 
 _SVG_TEXT_TAGS = frozenset({"text", "title", "desc"})
 
@@ -37,8 +52,23 @@ class ImageError(ValueError):
     """An image that cannot be used; the message is one line naming the reason."""
 
 
-def load_image(data: bytes, mime: str) -> Image.Image:
-    """Decode the first frame of any raster Pillow reads into 8-bit RGB (alpha composited on white)."""
+def image_pixel_limit() -> int:
+    """`limits.images.max_pixels` of the config in effect."""
+    return config_in_effect().config.limits.images.max_pixels
+
+
+def image_memory(width: int, height: int, mode: str) -> int:
+    """The most memory decoding and reading an image of this size and mode takes: the pixels as
+    decoded, the 8-bit RGB copy every reader works on (4 bytes a pixel) and the OCR preparation's
+    working copies (8 more; BENCHMARKS.md "Outages and huge image queries" measures them)."""
+    return width * height * (_MODE_BYTES.get(mode, 4) + 12)
+
+
+def load_image(data: bytes, mime: str, max_pixels: int | None = None) -> Image.Image:
+    """Decode the first frame of any raster Pillow reads into 8-bit RGB (alpha composited on white);
+    an image of more than `max_pixels` (default: `limits.images.max_pixels`) is refused before it is
+    decoded, and a 16-bit or floating-point one is brought to 8 bits a strip at a time."""
+    max_pixels = max_pixels or image_pixel_limit()
     if len(data) > MAX_IMAGE_BYTES:
         raise ImageError(f"image too large: {len(data):,} bytes > {MAX_IMAGE_BYTES:,} byte limit")
     if not data:
@@ -48,10 +78,10 @@ def load_image(data: bytes, mime: str) -> Image.Image:
     try:
         img = Image.open(io.BytesIO(data))
         width, height = img.size
-        if width * height > MAX_IMAGE_PIXELS:
+        if width * height > max_pixels:
             raise ImageError(
                 f"decompression bomb refused: {width}x{height} = {width * height:,} pixels "
-                f"> {MAX_IMAGE_PIXELS:,} pixel limit"
+                f"> {max_pixels:,} pixel limit (limits.images.max_pixels)"
             )
         img.seek(0)  # animated GIF/WebP/APNG, multi-page TIFF: the first frame
         img.load()
@@ -61,6 +91,8 @@ def load_image(data: bytes, mime: str) -> Image.Image:
         raise ImageError(f"decompression bomb refused: {exc}") from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"undecodable image ({mime or 'unknown type'}): {_one_line(exc)}") from exc
+    if img.mode in HIGH_DEPTH_MODES:
+        img = _to_8bit(img)  # the only reference: the wide image is freed before the RGB copy is made
     with contextlib.suppress(OSError, ValueError, TypeError):  # broken EXIF must not cost the picture
         img = ImageOps.exif_transpose(img)
     return _to_rgb(img)
@@ -68,9 +100,6 @@ def load_image(data: bytes, mime: str) -> Image.Image:
 
 def _to_rgb(img: Image.Image) -> Image.Image:
     mode = img.mode
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        img = _to_8bit(img)
-        mode = img.mode
     if mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     elif mode in ("LA", "La", "PA", "RGBa") or (mode in ("L", "RGB") and "transparency" in img.info):
@@ -83,11 +112,20 @@ def _to_rgb(img: Image.Image) -> Image.Image:
 
 
 def _to_8bit(img: Image.Image) -> Image.Image:
-    """Stretch 16-bit / 32-bit / float grey levels over 0-255 (a plain convert would clip to white)."""
-    values = np.asarray(img, dtype=np.float64)
-    low, high = float(values.min()), float(values.max())
-    scaled = np.zeros_like(values) if high <= low else (values - low) * (255.0 / (high - low))
-    return Image.fromarray(scaled.round().astype(np.uint8), mode="L")
+    """Stretch 16-bit / 32-bit / float grey levels over 0-255 (a plain convert would clip to white),
+    a strip of rows at a time: the image as 64-bit floats would be 4 to 8 times its own size."""
+    rows = max(1, _STRIP_PIXELS // img.width)
+    strips = [(0, top, img.width, min(top + rows, img.height)) for top in range(0, img.height, rows)]
+    low, high = np.inf, -np.inf
+    for box in strips:
+        values = np.asarray(img.crop(box))
+        low, high = min(low, float(values.min())), max(high, float(values.max()))
+    out = Image.new("L", img.size)
+    for box in strips:
+        values = np.asarray(img.crop(box), dtype=np.float64)
+        scaled = np.zeros_like(values) if high <= low else (values - low) * (255.0 / (high - low))
+        out.paste(Image.fromarray(scaled.round().astype(np.uint8), mode="L"), box[:2])
+    return out
 
 
 def _one_line(exc: BaseException) -> str:
