@@ -205,6 +205,7 @@ class ElasticsearchLexicalIndex:
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         landmarks: LandmarkFilter | None = None,
+        header_only: bool = False,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == [] or not has_searchable_words(query):
             return []
@@ -225,14 +226,10 @@ class ElasticsearchLexicalIndex:
             # multi_match analyses the text per field and never parses query syntax; the document's
             # header scores beside the text, as tantivy's header field does.
             folded = fold_homoglyphs(query)
-            must = {
-                "bool": {
-                    "should": [
-                        {"multi_match": {"query": folded, "fields": self._search_fields(client)}},
-                        {"match": {"landmarks.header": folded}},
-                    ]
-                }
-            }
+            should: list[dict[str, Any]] = [{"match": {"landmarks.header": folded}}]
+            if not header_only:
+                should.append({"multi_match": {"query": folded, "fields": self._search_fields(client)}})
+            must = {"bool": {"should": should}}
             response = client.search(
                 index=self.alias,
                 query={"bool": {"must": must, "filter": filters}},

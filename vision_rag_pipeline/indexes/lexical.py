@@ -89,8 +89,12 @@ class LexicalIndex(Protocol):
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         landmarks: LandmarkFilter | None = None,
+        header_only: bool = False,
     ) -> list[LexicalHit]:
-        """Best first. User text is never parsed as query syntax; no searchable word -> []."""
+        """Best first. User text is never parsed as query syntax; no searchable word -> [].
+
+        `header_only`: score the documents' headers alone (title, file name, opening words), not
+        the chunks' text: which documents a question names."""
 
     def count(self, document_id: str | None = None) -> int: ...
 

@@ -62,7 +62,10 @@ CREATE TABLE IF NOT EXISTS {images} (
 def _indexes_ddl(chunks: str = "chunks", images: str = "rag_images") -> str:
     return f"""
 CREATE INDEX IF NOT EXISTS {chunks}_document_id ON {chunks} (document_id);
-CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
+    WHERE kind <> 'page';
+CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
+    WHERE kind = 'page';
 CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
 """
 
@@ -131,13 +134,14 @@ class Pointers(NamedTuple):
 
 
 class Candidates(NamedTuple):
-    """What one search reads from Postgres (`PgVectorStore.candidates`)."""
+    """What one search reads from Postgres (`PgVectorStore.candidates`): every row satisfies the
+    search's filters, whichever way it was found."""
 
-    nearest: list[dict[str, float]]  # per query vector: chunk id -> cosine similarity, best first
-    chunks: dict[str, Chunk]  # the rows found, nearest or asked for
-    embeddings: dict[str, np.ndarray]  # their stored vectors, for the rerank's similarities
-    matching: set[str]  # those whose metadata contains the metadata filter's (all without one)
-    nearest_pages: list[dict[str, float]]  # per query vector: page unit id -> cosine similarity, best first
+    nearest: list[dict[str, float]]  # per query vector: content chunk id -> cosine similarity, best first
+    chunks: dict[str, Chunk]  # the content chunks found (and the page units pointed at, without filters)
+    embeddings: dict[str, np.ndarray]  # their stored vectors
+    pages: dict[tuple[str, int | None], Chunk]  # the page unit of each found chunk's page and the nearest
+    page_embeddings: dict[tuple[str, int | None], np.ndarray]
     pointed: list[str]  # chunks and page units the question points at, most similar to the first vector first
 
 
@@ -250,12 +254,14 @@ class PgVectorStore:
     def resolve_documents(self, values: Sequence[str]) -> list[str]:
         """Document ids for values that are ids, source paths as ingested, or bare file names."""
         names = [Path(v).name for v in values]
-        with connect(self.url) as conn:
-            rows = conn.execute(
-                "SELECT DISTINCT document_id FROM chunks WHERE document_id = ANY(%s)"
-                " OR metadata->>'source' = ANY(%s) OR regexp_replace(metadata->>'source', '^.*/', '') = ANY(%s)",
-                (list(values), list(values), names),
-            ).fetchall()
+        with connect(self.url) as conn, conn.cursor() as cursor:
+            with one_round_trip(conn):
+                cursor.execute(
+                    "SELECT DISTINCT document_id FROM chunks WHERE document_id = ANY(%s)"
+                    " OR metadata->>'source' = ANY(%s) OR regexp_replace(metadata->>'source', '^.*/', '') = ANY(%s)",
+                    (list(values), list(values), names),
+                )
+            rows = cursor.fetchall()
         return sorted(row[0] for row in rows)
 
     def candidates(
@@ -268,95 +274,113 @@ class PgVectorStore:
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        focus_documents: Sequence[str] = (),
         page_units: int = 0,
         pages_also: Sequence[str] = (),
         pages_opened: int = 0,
         pointers: Pointers | None = None,
     ) -> Candidates:
-        """A search's one round trip: the `limit` nearest chunks of `kinds` to each vector through the
-        HNSW index (filters applied in the scan), the `page_units` nearest page units, the chunks on the
-        first `pages_opened` of those pages and on the pages `pages_also` names (page unit ids), the
-        chunks `pointers` point at (by similarity to the first vector), and the rows with embeddings
-        of all of them and of `also`.
+        """A search's one round trip. Candidates: the `limit` nearest content chunks to each vector
+        through the HNSW index, and as many within `focus_documents` (the documents the question
+        names); the chunks on the first `pages_opened` of the `page_units` page units nearest each
+        vector and on the pages `pages_also` names (page unit ids); the chunks `pointers` point at (by
+        similarity to the first vector); the chunks `also` names. Every candidate satisfies the
+        filters (documents, kinds, metadata containment). Returned with their rows and vectors, and
+        with the page unit of each candidate's page.
 
-        With filters, pgvector's iterative scan keeps walking the graph until `limit` rows pass them,
-        so a selective filter does not starve the result (plain HNSW would stop after ef_search rows).
+        The filters are applied in each scan: pgvector's iterative scan keeps walking the graph until
+        `limit` rows pass them, so a selective filter does not starve the result. The literal
+        `kind <> 'page'` and `kind = 'page'` let each scan use its partial HNSW index.
         """
-        where, params = _filters(document_ids, kinds or list(CONTENT_KINDS), metadata)
-        page_where, page_params = _filters(document_ids, ["page"], None)
+        kinds = list(kinds or CONTENT_KINDS)
+        where, params = _filters(document_ids, kinds, metadata, alias="c")
+        page_where, page_params = _filters(document_ids, None, None, alias="c")
         pointed_on, pointed_on_params = pointers.condition() if pointers else ("", [])
-        # `position` keeps each scan's order, so equal similarities stay in it as they did alone
+        pointed_on = pointed_on if len(vectors) else ""
         scan = """
             SELECT asked.query, scan.*
             FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
             CROSS JOIN LATERAL (
                 SELECT row_number() OVER () AS position, * FROM (
-                    SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks {where}
-                    ORDER BY embedding <=> asked.vector LIMIT %s
+                    SELECT chunk_id, 1 - (embedding <=> asked.vector) AS similarity FROM chunks c
+                    WHERE {where} ORDER BY embedding <=> asked.vector LIMIT %s
                 ) AS ordered
             ) AS scan"""
-        # page units too: a pointed page whose text no chunk is cited on (a cover of a few words)
-        pointed_where, pointed_params = _filters(document_ids, [*(kinds or CONTENT_KINDS), "page"], metadata)
+        # a pointed page whose text no chunk is cited on (a cover of a few words) counts as its page
+        # unit, unless the filters ask for kinds or metadata a page unit does not have
+        pointed_kinds = "" if metadata or kinds != list(CONTENT_KINDS) else " OR c.kind = 'page'"
         pointed = (
-            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks"
-            f" {pointed_where} AND {pointed_on} ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
-            if pointed_on and len(vectors)
+            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks c"
+            f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"
+            f" ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
+            if pointed_on
             else "SELECT NULL::text AS chunk_id, NULL::bigint AS position WHERE false"
         )
         query = f"""
-            WITH nearest AS ({scan.format(where=where)}),
-            page_nearest AS ({scan.format(where=page_where)}),
+            WITH nearest AS ({scan.format(where=f"c.kind <> 'page' AND {where}")}),
+            focused AS ({scan.format(where=f"c.kind <> 'page' AND {where} AND c.document_id = ANY(%s)")}),
+            page_nearest AS ({scan.format(where=f"c.kind = 'page' AND {page_where}")}),
             opened AS (
                 SELECT chunk_id FROM page_nearest WHERE position <= %s UNION SELECT unnest(%s::text[])
             ),
             on_pages AS (
                 SELECT c.chunk_id FROM chunks c JOIN chunks p ON c.document_id = p.document_id
-                AND c.page IS NOT DISTINCT FROM p.page WHERE p.chunk_id IN (SELECT chunk_id FROM opened) AND c.kind <> 'page'
+                AND c.page IS NOT DISTINCT FROM p.page WHERE p.chunk_id IN (SELECT chunk_id FROM opened)
+                AND c.kind <> 'page' AND {where}
             ),
             pointed AS ({pointed}),
             found AS (
-                SELECT chunk_id, 'near' AS source, query, similarity, position FROM nearest
-                UNION ALL SELECT chunk_id, 'page', query, similarity, position FROM page_nearest
-                UNION ALL SELECT chunk_id, 'pointed', NULL, NULL, position FROM pointed
-                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM unnest(%s::text[]) AS a (chunk_id)
-                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM opened
-                UNION ALL SELECT chunk_id, 'also', NULL, NULL, NULL FROM on_pages
+                SELECT chunk_id FROM nearest UNION SELECT chunk_id FROM focused
+                UNION SELECT chunk_id FROM on_pages UNION SELECT chunk_id FROM pointed
+                UNION SELECT unnest(%s::text[])
+            ),
+            rows AS (
+                SELECT c.*, 'chunk' AS role FROM chunks c
+                WHERE c.chunk_id IN (SELECT chunk_id FROM found) AND c.kind <> 'page' AND {where}
+                UNION ALL SELECT c.*, 'chunk' FROM chunks c WHERE c.chunk_id IN (SELECT chunk_id FROM pointed)
+                AND c.kind = 'page'
             )
-            SELECT {_CHUNK_COLUMNS}, embedding, metadata @> %s,
-                (SELECT jsonb_agg(jsonb_build_array(source, query, similarity, position))
-                 FROM found f WHERE f.chunk_id = c.chunk_id AND source <> 'also')
-            FROM chunks c WHERE chunk_id IN (SELECT chunk_id FROM found)"""
+            SELECT {_CHUNK_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
+            FROM rows r
+            UNION ALL
+            SELECT {_CHUNK_COLUMNS}, embedding, 'page', NULL FROM chunks c WHERE c.kind = 'page' AND (
+                c.chunk_id IN (SELECT chunk_id FROM page_nearest)
+                OR EXISTS (SELECT 1 FROM rows r WHERE r.document_id = c.document_id
+                           AND r.page IS NOT DISTINCT FROM c.page))"""
         wanted = [Vector(v) for v in vectors]
-        arguments = [wanted, *params, limit, wanted, *page_params, page_units]
-        arguments += [pages_opened, list(pages_also)]
-        if pointed_on and len(vectors):
-            arguments += [*pointed_params, *pointed_on_params, wanted[0], limit]
-        arguments += [list(also), Jsonb(metadata or {})]
-        # binary both ways (%b, the cursor): a vector is its bytes, not hundreds of decimal numbers
+        arguments: list[Any] = [wanted, *params, limit]
+        arguments += [wanted, *params, list(focus_documents), limit if focus_documents else 0]
+        arguments += [wanted, *page_params, page_units, pages_opened, list(pages_also), *params]
+        if pointed_on:
+            arguments += [*params, *page_params, *pointed_on_params, wanted[0], limit]
+        arguments += [list(also), *params]
+        # binary results (the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
             with one_round_trip(conn):
                 conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
                 conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
                 cursor.execute(query, arguments)
             rows = cursor.fetchall()
-        found = Candidates([{} for _ in vectors], {}, {}, set(), [{} for _ in vectors], [])
+        found = Candidates([{} for _ in vectors], {}, {}, {}, {}, [])
         pointed_at: dict[str, int] = {}
-        for *row, embedding, matches, sources in rows:
+        for *row, embedding, role, position in rows:
             chunk = _chunk_from_row(tuple(row))
-            for source, asked, similarity, position in sources or []:
-                if source == "near":
-                    found.nearest[asked - 1][chunk.chunk_id] = float(similarity)
-                elif source == "page":
-                    found.nearest_pages[asked - 1][chunk.chunk_id] = float(similarity)
-                else:
-                    pointed_at[chunk.chunk_id] = int(position)
+            vector = embedding.to_numpy()
+            if role == "page":
+                found.pages[(chunk.document_id, chunk.page)] = chunk
+                found.page_embeddings[(chunk.document_id, chunk.page)] = vector
+                continue
             found.chunks[chunk.chunk_id] = chunk
-            found.embeddings[chunk.chunk_id] = embedding.to_numpy()
-            if matches:
-                found.matching.add(chunk.chunk_id)
-        for scans in (found.nearest, found.nearest_pages):  # relaxed order: nearly sorted, made exact here
-            for i, scores in enumerate(scans):
-                scans[i] = dict(sorted(scores.items(), key=lambda item: -item[1]))
+            found.embeddings[chunk.chunk_id] = vector
+            if position is not None:
+                pointed_at[chunk.chunk_id] = int(position)
+        if found.chunks and len(vectors):
+            ids = [cid for cid, chunk in found.chunks.items() if chunk.kind != "page"]
+            matrix = np.stack([found.embeddings[cid] for cid in ids]) if ids else np.zeros((0, self.dim))
+            for i, vector in enumerate(vectors):
+                similarity = _cosines(matrix, vector)
+                order = np.argsort(-similarity, kind="stable")[:limit]
+                found.nearest[i].update((ids[j], float(similarity[j])) for j in order)
         found.pointed.extend(sorted(pointed_at, key=pointed_at.__getitem__))
         return found
 
@@ -394,6 +418,16 @@ class PgVectorStore:
                 (Vector(vector), list(chunk_ids)),
             ).fetchall()
         return {chunk_id: float(similarity) for chunk_id, similarity in rows}
+
+
+def _cosines(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of `matrix` to `vector` (float32 sums, as pgvector's)."""
+    if not len(matrix):
+        return np.zeros(0)
+    matrix = matrix.astype(np.float32)
+    vector = np.asarray(vector, dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix).astype(np.float64) * float(vector @ vector))
+    return np.clip((matrix @ vector).astype(np.float64) / np.where(norms > 0, norms, 1.0), -1.0, 1.0)
 
 
 def _tables_exist(conn: Any) -> bool:
@@ -563,6 +597,7 @@ def rebuild_tables(
             DROP TABLE chunks_old, rag_images_old;
             ALTER INDEX chunks_new_document_id RENAME TO chunks_document_id;
             ALTER INDEX chunks_new_embedding_hnsw RENAME TO chunks_embedding_hnsw;
+            ALTER INDEX chunks_new_page_hnsw RENAME TO chunks_page_hnsw;
             ALTER INDEX rag_images_new_document_id RENAME TO rag_images_document_id;
             ALTER INDEX chunks_new_pkey RENAME TO chunks_pkey;
             ALTER INDEX rag_images_new_pkey RENAME TO rag_images_pkey;
@@ -603,19 +638,28 @@ _IMAGE_COLUMNS = (
 
 
 def _filters(
-    document_ids: list[str] | None, kinds: list[str] | None, metadata: dict[str, Any] | None = None
+    document_ids: list[str] | None,
+    kinds: list[str] | None,
+    metadata: dict[str, Any] | None = None,
+    *,
+    alias: str | None = None,
 ) -> tuple[str, list[Any]]:
+    """A WHERE clause for the filters (with `alias`: a bare condition on that table, TRUE when
+    there is none) and its parameters."""
+    column = f"{alias}." if alias else ""
     clauses: list[str] = []
     params: list[Any] = []
     if document_ids is not None:
-        clauses.append("document_id = ANY(%s)")
+        clauses.append(f"{column}document_id = ANY(%s)")
         params.append(document_ids)
     if kinds is not None:
-        clauses.append("kind = ANY(%s)")
+        clauses.append(f"{column}kind = ANY(%s)")
         params.append(kinds)
     if metadata:
-        clauses.append("metadata @> %s")
+        clauses.append(f"{column}metadata @> %s")
         params.append(Jsonb(metadata))
+    if alias:
+        return " AND ".join(clauses) or "TRUE", params
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

@@ -152,17 +152,20 @@ def build_query(
     document_ids: list[str] | None,
     kinds: list[str] | None,
     landmarks: LandmarkFilter | None = None,
+    header_only: bool = False,
 ) -> Query | None:
-    """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed,
-    built from terms so no input is syntax; filters (documents, kinds, landmarks) move no score."""
+    """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed (the
+    header field alone with `header_only`), built from terms so no input is syntax; filters
+    (documents, kinds, landmarks) move no score."""
     query = fold_homoglyphs(query)
     words = _QUERY_ANALYZER.analyze(query)
-    analysed = (
-        ("text", words),
-        ("header", words),
-        ("text_cjk", cjk_bigrams(without_chinese_stop_words(query))),
-        ("text_ru", russian_tokens(query)),
-    )
+    analysed: tuple[tuple[str, list[str]], ...] = (("header", words),)
+    if not header_only:
+        analysed += (
+            ("text", words),
+            ("text_cjk", cjk_bigrams(without_chinese_stop_words(query))),
+            ("text_ru", russian_tokens(query)),
+        )
     should = [Query.term_query(SCHEMA, field, term) for field, terms in analysed for term in _unique(terms)]
     if not should:
         return None
@@ -205,10 +208,11 @@ class TantivyLexicalIndex:
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
         landmarks: LandmarkFilter | None = None,
+        header_only: bool = False,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == []:
             return []
-        tv_query = build_query(query, document_ids, kinds, landmarks)
+        tv_query = build_query(query, document_ids, kinds, landmarks, header_only)
         if tv_query is None:
             return []
 
