@@ -87,7 +87,7 @@ from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
 from vision_rag_pipeline.query.ask import Answer, ask
 from vision_rag_pipeline.query.image_query import QueryImageError
-from vision_rag_pipeline.query.search import Filters, Hit, SearchMode, search_queries
+from vision_rag_pipeline.query.search import Filters, Hit, ResultUnit, SearchMode, search_queries
 
 MAX_UPLOAD_FILE_BYTES = 100 * 1024 * 1024
 MAX_UPLOAD_FILES = 20
@@ -173,8 +173,11 @@ class SearchRequest(_Request):
     rag_config: ConfigId | None = None
     query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS)
     image: ImageField | None = None
-    k: int = Field(5, ge=1, le=100)
-    mode: SearchMode = "hybrid"
+    k: int | None = Field(None, ge=1, le=100, description="hits to return; default: the config's retrieval.k")
+    mode: SearchMode | None = Field(None, description="default: the config's retrieval.mode")
+    unit: ResultUnit | None = Field(
+        None, description="a hit is a chunk, or a page with its best passages; default: retrieval.unit"
+    )
     documents: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, max_length=MAX_FILTER_ITEMS, description="document ids, source paths or file names"
     )
@@ -709,7 +712,13 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         filters = Filters(documents=request.documents, kinds=request.kinds, metadata=request.metadata)
         try:
             hits = search_queries(
-                queries, request.k, request.mode, image=picture, filters=filters, config=config
+                queries,
+                request.k,
+                request.mode,
+                image=picture,
+                filters=filters,
+                config=config,
+                unit=request.unit,
             )
         except ValueError as exc:
             raise unprocessable(str(exc)) from None

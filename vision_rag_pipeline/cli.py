@@ -48,8 +48,13 @@ def _print_hits(hits: list[dict]) -> None:
     if not hits:
         print("  (no hits)")
     for rank, hit in enumerate(hits, start=1):
-        snippet = " ".join(hit["text"].split())[:220]
-        print(f"  {rank}. [{hit['kind']}] {hit['document']} ({_location(hit)})  score={hit['score']:.4f}")
+        passages = hit.get("passages") or []
+        # a page hit shows its best passage: the page's opening words say less
+        snippet = " ".join((passages[0]["text"] if passages else hit["text"]).split())[:220]
+        more = f", {len(passages)} passages" if passages else ""
+        print(
+            f"  {rank}. [{hit['kind']}] {hit['document']} ({_location(hit)}{more})  score={hit['score']:.4f}"
+        )
         print(f"     {snippet}")
 
 
@@ -121,7 +126,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not args.text and not args.image:
         print("vision-rag search: give a TEXT or --image FILE", file=sys.stderr)
         return 2
-    hits = [h.model_dump() for h in search(text=args.text, image=args.image, k=args.k, mode=args.mode)]
+    hits = [
+        h.model_dump()
+        for h in search(text=args.text, image=args.image, k=args.k, mode=args.mode, unit=args.unit)
+    ]
     if args.json:
         _print_json(hits)
     else:
@@ -362,8 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", parents=[common], help="hybrid / vector / lexical search")
     search.add_argument("text", nargs="?", metavar="TEXT")
     search.add_argument("--image", metavar="FILE", help="search by image")
-    search.add_argument("-k", type=int, default=5)
-    search.add_argument("--mode", choices=("hybrid", "vector", "lexical"), default="hybrid")
+    search.add_argument("-k", type=int, help="hits to return (default: retrieval.k, 5)")
+    search.add_argument("--mode", choices=("hybrid", "vector", "lexical"), help="default: retrieval.mode")
+    search.add_argument(
+        "--unit",
+        choices=("chunk", "page"),
+        help="a hit is a chunk or a page with its best passages (default: retrieval.unit)",
+    )
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search, compares_config=True, quick_queries=True)
 

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
-from vision_rag_pipeline.core.config import RetrievalConfig
 from vision_rag_pipeline.images.fingerprint import perceptual_hash
+from vision_rag_pipeline.query.candidates import NEAR_DUPLICATE_BITS
 
 colours = st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255))
 
@@ -45,6 +45,4 @@ def test_a_resized_jpeg_copy_keeps_the_hash_and_another_picture_does_not() -> No
     copy = perceptual_hash(Image.open(io.BytesIO(buffer.getvalue())))
     assert original and copy and _bits_apart(original, copy) <= 4
     mirrored = perceptual_hash(_slide().transpose(Image.Transpose.FLIP_LEFT_RIGHT))
-    assert (
-        mirrored and _bits_apart(original, mirrored) > RetrievalConfig().near_duplicate_bits
-    )  # not the same
+    assert mirrored and _bits_apart(original, mirrored) > NEAR_DUPLICATE_BITS  # not the same

@@ -28,8 +28,8 @@ from vision_rag_pipeline.enrichment import languages, ocr
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.tantivy_index import build_query, open_tantivy_index, russian_tokens
 from vision_rag_pipeline.query.ask import question_terms, sentences
+from vision_rag_pipeline.query.features import term_shares
 from vision_rag_pipeline.query.localize import find_excerpt
-from vision_rag_pipeline.query.search import match_scores
 from vision_rag_pipeline_tests.conftest import bench_module
 
 evalset_languages = bench_module("evalset_languages")
@@ -268,10 +268,11 @@ def test_folding_is_idempotent_keeps_length_and_commutes_with_lower_case(text: s
     assert fold_homoglyphs(text.lower()) == folded.lower()  # the analyzers lower-case after folding
 
 
-def test_the_re_ranker_matches_a_latin_code_against_its_cyrillic_reading() -> None:
-    texts = {"pump": "Насос \u041d-558 поставлен.", "valve": "Клапан \u0415-558 заменён."}
-    scores = match_scores("Где находится H-558?", texts, {})
-    assert scores["pump"] > scores["valve"]
+def test_the_ranker_matches_a_latin_code_against_its_cyrillic_reading() -> None:
+    pump, valve = term_shares(
+        "Где находится H-558?", ["Насос \u041d-558 поставлен.", "Клапан \u0415-558 заменён."]
+    )
+    assert pump > valve
 
 
 # --- offline answers and citations ------------------------------------------------------------------

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CONFIG_ENV = "VISION_RAG_CONFIG"
 PG_URL_ENV = "VISION_RAG_PG_URL"
@@ -196,58 +197,61 @@ class EmbeddingConfig(_Strict):
     precision: Literal["auto", "float32", "bfloat16", "int8"] = "auto"
 
 
+SearchMode = Literal["hybrid", "vector", "lexical"]
+ResultUnit = Literal["chunk", "page"]
+# Settings of the ranking before its fitted weights replaced them (query/ranker.py): a config that
+# still sets them loads, with one warning naming them.
+RETIRED_RETRIEVAL_SETTINGS = frozenset(
+    {
+        "fusion",
+        "rrf_k",
+        "vector_weight",
+        "lexical_weight",
+        "image_query_weight",
+        "near_duplicate_bits",
+        "near_duplicate_margin",
+        "rerank_depth",
+        "content_weight",
+        "match_weight",
+        "low_confidence_ocr_last",
+        "page_weight",
+        "page_units",
+        "pages_opened",
+        "pointer_weight",
+        "named_weight",
+        "period_weight",
+        "other_period_factor",
+        "pages_within_documents",
+    }
+)
+
+
 class RetrievalConfig(_Strict):
-    """How the query module fuses pgvector kNN and BM25.
+    """What a search returns and how far it looks. How candidates are scored is not a setting: a
+    ranker fitted on questions with known answers decides (query/ranker.py; `ranker` names a
+    refitted weights file, `bench/fit_ranker.py --out FILE` writes one)."""
 
-    `rrf`: weighted reciprocal-rank fusion (sum of weight / (rrf_k + rank)); `weighted`: each
-    ranking's scores min-max normalized to 0..1, then the weighted sum.
-    """
+    k: int = Field(5, gt=0)  # hits per search
+    mode: SearchMode = "hybrid"
+    # a hit is a page of a paginated document, with its best passages ("page"), or a chunk ("chunk");
+    # either way a picture is one hit however many chunks describe it, and a web archive, which has
+    # no pages, gives chunks and pictures
+    unit: ResultUnit = "page"
+    candidates: int = Field(50, gt=0)  # passages each retriever proposes
+    ef_search: int = Field(100, gt=0)  # HNSW search breadth (pgvector's hnsw.ef_search)
+    ranker: str | None = None  # a weights file; None: the one shipped with the package
 
-    k: int = Field(5, gt=0)
-    fusion: Literal["rrf", "weighted"] = "rrf"
-    rrf_k: int = Field(60, gt=0)
-    vector_weight: float = Field(1.0, ge=0.0)
-    lexical_weight: float = Field(1.0, ge=0.0)
-    candidates: int = Field(50, gt=0)
-    ef_search: int = Field(100, gt=0)
-    image_query_weight: float = Field(1.0, ge=0.0)  # weight of the image's rankings when text + image
-    # Search by image: the indexed picture whose perceptual hash (64-bit dHash) differs from the query
-    # image's in at most `near_duplicate_bits` bits, with every other picture at least
-    # `near_duplicate_margin` bits further, is the same picture (photographed, re-saved, resized) and
-    # comes first; None turns the signal off. BENCHMARKS.md "Search by image" measures both numbers.
-    near_duplicate_bits: int | None = Field(8, ge=0, le=64)
-    near_duplicate_margin: int = Field(6, ge=0, le=64)
-    # Re-score the best `rerank_depth` fused hits (0 turns it off) with two general signals:
-    # how exactly each contains the query (its terms and numbers, each weighted by how few of those
-    # hits hold it; document-title terms count again, x2) and, in hybrid and vector modes, the cosine
-    # between each hit and what the question asks (the query minus the terms most hits share).
-    # Score: (1 - content_weight) x fused + content_weight x cosine + match_weight x matches,
-    # each min-max normalized over those hits.
-    rerank_depth: int = Field(20, ge=0)
-    content_weight: float = Field(0.5, ge=0.0, le=1.0)
-    match_weight: float = Field(1.0, ge=0.0)
-    # Within those hits, image chunks of Low-confidence OCR (no vision model) come after every
-    # other hit: on real PDFs their misreads ("ry) 4 Car te Figur ALWe.") outranked the page text.
-    low_confidence_ocr_last: bool = True
-    # Page units (one per PDF page, its whole text; its vector the mean of its chunks'): the pages
-    # nearest the query and best by BM25 are one more ranking, each chunk scored by its page's rank,
-    # and the chunks on the first `pages_opened` of them become candidates.
-    page_weight: float = Field(1.0, ge=0.0)
-    page_units: int = Field(20, ge=0)
-    pages_opened: int = Field(5, ge=0)
-    # Chunks a question points at (a page it names, the cover or last page, a captioned figure or
-    # table it names): one more ranking, by similarity, weighed this much.
-    pointer_weight: float = Field(3.0, ge=0.0)
-    # Across documents: the chunks of documents whose header names a proper name of the question, or
-    # whose period is the question's, by BM25; and how much a document covering another period of
-    # the same kind (the Q2 report when Q1 is asked) keeps of its score.
-    named_weight: float = Field(1.0, ge=0.0)
-    period_weight: float = Field(1.0, ge=0.0)
-    other_period_factor: float = Field(0.5, ge=0.0, le=1.0)
-    # Across documents, the hits after the first of each document that holds two or more of them
-    # (among the first `rerank_depth` + 1) take its places in the order of their pages in a search of
-    # that document alone (BENCHMARKS.md "Retrieval quality" measures it).
-    pages_within_documents: bool = True
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (retired := sorted(RETIRED_RETRIEVAL_SETTINGS & data.keys())):
+            warnings.warn(
+                f"retrieval settings {', '.join(retired)} no longer apply (a fitted ranker scores"
+                " candidates); remove them from the config",
+                stacklevel=2,
+            )
+            data = {key: value for key, value in data.items() if key not in RETIRED_RETRIEVAL_SETTINGS}
+        return data
 
 
 class AnswerConfig(_Strict):

@@ -31,9 +31,10 @@ from vision_rag_pipeline.documents.model import BBox
 from vision_rag_pipeline.embeddings.encoder import encode
 from vision_rag_pipeline.enrichment.model import MetaContent
 from vision_rag_pipeline.enrichment.vlm import VisionClient, VisionError, vision_client_from_env
+from vision_rag_pipeline.query.candidates import indexed_embedding, vector_store
 from vision_rag_pipeline.query.image_query import describe_query_image
 from vision_rag_pipeline.query.localize import Match, find_excerpt, locate
-from vision_rag_pipeline.query.search import Hit, indexed_embedding, search_queries, vector_store
+from vision_rag_pipeline.query.search import Hit, search_queries
 
 NO_ANSWER = "No answer found in the indexed documents."
 UNRESOLVED_LOG = "unresolved.jsonl"
@@ -464,7 +465,7 @@ def ask(
     if settings.decompose:
         queries += [(sub, 1.0) for sub in decompose(question, settings.max_subquestions)]
     picture = describe_query_image(image, config) if image is not None else None
-    hits = search_queries(queries, k, image=picture, config=config)
+    hits = search_queries(queries, k, image=picture, config=config, unit="chunk")  # answers cite chunks
     # the question and the sentences it is compared with as the indexed vectors were embedded
     config = config.model_copy(
         update={"embedding": indexed_embedding(vector_store(config.embedding.model), config.embedding)}
@@ -484,7 +485,7 @@ def ask(
             question,
             context,
             settings,
-            lambda: search_queries(queries, k * 2, image=picture, config=config),
+            lambda: search_queries(queries, k * 2, image=picture, config=config, unit="chunk"),
         )
         if generated is not None:
             text, located = generated
