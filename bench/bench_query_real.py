@@ -1,13 +1,12 @@
-"""Whole-index query latency on the real documents, with `retrieval.pages_within_documents` on and off.
+"""Query latency on the real documents: across the whole index and within one document.
 
-    .venv/bin/python bench/bench_query_real.py [--home /tmp/quality/real_home] [--k 5]
+    .venv/bin/python bench/bench_query_real.py [--home /tmp/vision_rag_quality/real_home] [--k 5]
 
-Asks the dev set's 244 questions (`../shared/corpus/qa/mmlongbench_dev`) across the index that
+Asks the dev set's 244 questions (`../shared/corpus/qa/mmlongbench_dev`) of the index that
 `bench/eval_quality.py` built of the 52 real documents (its `real_home`), warm, in one process:
-each question once with the default retrieval settings and once with `pages_within_documents`
-off, in turns, so both share the machine's drift. A question whose later hits it reorders searches
-some of its documents again (one Postgres round trip each). Prints one JSON object: p50 and p95 of
-`search()` in ms for each, and how many questions searched documents again.
+each question across the whole index and within its own document, in turns, so both share the
+machine's drift; each question embedded afresh. Prints one JSON object: p50 and p95 of `search()`
+in ms for each.
 """
 
 from __future__ import annotations
@@ -41,43 +40,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=5)
     args = parser.parse_args(argv)
     if not (args.home / "pgdata").is_dir():
-        parser.error(f"no index at {args.home}: run bench/eval_quality.py --sets dev first")
+        raise SystemExit(
+            f"{args.home}: no index here; run bench/eval_quality.py --out {args.home.parent} first"
+        )
     home = use_home(args.home, fresh=False)
-    from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
     from vision_rag_pipeline.query import search
-    from vision_rag_pipeline.query.search import query_vectors
+    from vision_rag_pipeline.query.candidates import query_vectors
 
-    ordered = RagConfig()
-    alone = RagConfig(retrieval=RetrievalConfig(pages_within_documents=False))
-    questions = [q["question"] for q in dev_questions(args.corpus)]
-    times: dict[str, list[float]] = {"on": [], "off": []}
-    reordered = 0
+    questions = dev_questions(args.corpus)
+    times: dict[str, list[float]] = {"whole_index": [], "within_document": []}
     try:
-        for question in questions[:5]:  # warm: the model, the store, the lexical index
-            search(question, k=args.k, config=ordered)
+        search(text="warm-up query", k=args.k)
         for question in questions:
-            for name, config in (("on", ordered), ("off", alone)):
-                query_vectors.cache_clear()  # each search embeds its question, as a new question does
+            for name, documents in (("whole_index", None), ("within_document", [question["document"]])):
+                query_vectors.cache_clear()
                 started = time.perf_counter()
-                hits = search(question, k=args.k, config=config)
+                search(text=question["question"], k=args.k, document_ids=documents)
                 times[name].append((time.perf_counter() - started) * 1000)
-                if name == "off":
-                    later = [hit.document for hit in hits[1:]]
-                    reordered += any(later.count(document) > 1 for document in later)
     finally:
         stop_embedded_postgres(home)
-    print(
-        json.dumps(
-            {
-                "questions": len(questions),
-                "k": args.k,
-                "ms_pages_within_documents_on": percentiles(times["on"]),
-                "ms_pages_within_documents_off": percentiles(times["off"]),
-                "questions_searching_documents_again": reordered,
-            },
-            indent=1,
-        )
-    )
+    report = {name: percentiles(values) for name, values in times.items()}
+    report |= {"questions": len(questions), "load_average": [round(x, 2) for x in os.getloadavg()]}
+    print(json.dumps(report, indent=2))
     return 0
 
 

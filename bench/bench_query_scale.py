@@ -3,17 +3,18 @@
     .venv/bin/python bench/bench_query_scale.py [--chunks 100000] [--queries 60] [--out /tmp/bench_query_scale]
 
 Builds an index of `--chunks` chunks in a fresh VISION_RAG_HOME under `--out`: 1,000 documents
-whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs. Each
-distinct sentence is embedded once with the configured model; a chunk's vector is the normalized
-mean of its sentences' vectors (encoding 100k chunks would take ~40 min here), so the vectors lie
-where real ones do. Chunks go through `PgVectorStore.replace_document` (HNSW maintained on insert)
-and tantivy's `rebuild`.
+whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs, four chunks
+to a page, and one page unit per page (the page's text; its vector the mean of its chunks', as
+ingest makes them). Each distinct sentence is embedded once with the configured model; a chunk's
+vector is the normalized mean of its sentences' vectors (encoding 100k chunks would take ~40 min
+here), so the vectors lie where real ones do. Rows go through `PgVectorStore.replace_document`
+(HNSW maintained on insert) and tantivy's `rebuild`.
 
 Then, warm, for each query (a corpus sentence cut to its first 8 words): `search()` end to end
-(hybrid, k=5) and, separately, its parts: query embedding, BM25, the one Postgres statement (pgvector
-kNN and the rows of its hits and BM25's), fusion, the rerank's content-query embedding, its cosine
-similarities and term matches. Prints one JSON object with p50 and p95 in ms, and the Postgres round
-trips one `search()` makes (counted in libpq's protocol trace).
+(hybrid, k=5, across the whole index) and, separately, its stages: the query embedding, the
+candidates (BM25 lookups and the one Postgres statement), the features, the score, collapse and
+cut. Prints one JSON object with p50 and p95 in ms, and the Postgres round trips one `search()`
+makes (counted in libpq's protocol trace).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_real import DEFAULT_CORPUS  # noqa: E402
 
 DOCUMENTS = 1000
+CHUNKS_PER_PAGE = 4
 SENTENCE = re.compile(r"[^.!?\n]{40,300}[.!?]")
 
 
@@ -98,7 +100,8 @@ def round_trips() -> Iterator[list[int]]:
 
 
 def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, rng: random.Random) -> float:
-    """Writes the chunks into `store` (a PgVectorStore) and tantivy; returns the seconds it took."""
+    """Writes the chunks and their page units into `store` (a PgVectorStore) and tantivy; returns
+    the seconds it took."""
     from vision_rag_pipeline.chunks.model import Chunk
     from vision_rag_pipeline.indexes.lexical import LexicalDoc
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -116,14 +119,29 @@ def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, r
                 index=index,
                 kind="text",
                 text=" ".join(sentences[i] for i in pick),
-                page=index // 4 + 1,
+                page=index // CHUNKS_PER_PAGE + 1,
                 metadata={"title": f"Document {number}"},
             )
             for index, pick in enumerate(picks)
         ]
         means = np.stack([vectors[pick].mean(axis=0) for pick in picks])
-        store.replace_document(document_id, batch, means / np.linalg.norm(means, axis=1, keepdims=True))
-        lexical += [LexicalDoc.of(chunk) for chunk in batch]
+        means /= np.linalg.norm(means, axis=1, keepdims=True)
+        pages = range(0, len(batch), CHUNKS_PER_PAGE)
+        units = [
+            Chunk(
+                chunk_id=f"{document_id}:page-{start // CHUNKS_PER_PAGE + 1}",
+                document_id=document_id,
+                index=len(batch) + start // CHUNKS_PER_PAGE,
+                kind="page",
+                text="\n\n".join(chunk.text for chunk in batch[start : start + CHUNKS_PER_PAGE]),
+                page=start // CHUNKS_PER_PAGE + 1,
+            )
+            for start in pages
+        ]
+        unit_vectors = np.stack([means[start : start + CHUNKS_PER_PAGE].mean(axis=0) for start in pages])
+        unit_vectors /= np.linalg.norm(unit_vectors, axis=1, keepdims=True)
+        store.replace_document(document_id, batch + units, np.concatenate([means, unit_vectors]))
+        lexical += [LexicalDoc.of(chunk) for chunk in batch + units]
     open_lexical_index().rebuild(lexical)
     return time.perf_counter() - started
 
@@ -146,16 +164,10 @@ def main() -> None:
 
     from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.embeddings.encoder import encode
-    from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
-    from vision_rag_pipeline.query.search import (
-        Ranking,
-        content_query,
-        cosine_similarities,
-        fuse,
-        match_scores,
-        search,
-        vector_store,
-    )
+    from vision_rag_pipeline.query.candidates import gather, vector_store
+    from vision_rag_pipeline.query.features import describe
+    from vision_rag_pipeline.query.ranker import load_ranker
+    from vision_rag_pipeline.query.search import Scored, ranked, search
 
     rng = random.Random(5)
     sentences = corpus_sentences(args.corpus)
@@ -168,42 +180,31 @@ def main() -> None:
         vectors = encode(sentences, model, precision=precision)
         report["sentence_encoding_seconds"] = round(time.perf_counter() - started, 1)
         report["index_build_seconds"] = round(build_index(store, sentences, vectors, args.chunks, rng), 1)
-    report["indexed_chunks"] = store.count()
+    report["indexed_rows"] = store.count()
     queries = [" ".join(sentence.split()[:8]) for sentence in rng.sample(sentences, args.queries)]
-    retrieval = config.retrieval
-    pool = max(5, retrieval.candidates)
-    lexical = open_lexical_index()
+    ranker = load_ranker()
     for query in queries[:5]:  # warm-up: model, connections, index readers, caches
         search(query, k=5)
     samples: dict[str, list[float]] = {}
     for query in queries:
         timed(samples, "search_end_to_end", search, query, k=5)
-        [vector] = timed(samples, "query_embedding", encode, [query], model, precision=precision)
-        hits = timed(samples, "bm25", lexical.search, query, pool)
-        found = timed(
+        timed(samples, "query_embedding", encode, [query], model, precision=precision)
+        pool = timed(
             samples,
-            "pgvector_knn_and_rows",
-            store.candidates,
-            [vector],
-            pool,
-            [hit.chunk_id for hit in hits],
-            ef_search=retrieval.ef_search,
+            "candidates",
+            gather,
+            [(query, 1.0)],
+            "hybrid",
+            image_hash=None,
+            document_ids=None,
+            kinds=None,
+            metadata=None,
+            retrieval=config.retrieval,
+            embedding=config.embedding,
         )
-        scores = {hit.chunk_id: hit.score for hit in hits}
-        rankings = [
-            Ranking(found.nearest[0], retrieval.vector_weight),
-            Ranking(scores, retrieval.lexical_weight),
-        ]
-        fused = timed(samples, "fusion", fuse, rankings, retrieval)
-        ranked = sorted(fused, key=fused.__getitem__, reverse=True)[: 2 * max(5, retrieval.rerank_depth)]
-        head = [cid for cid in ranked if cid in found.chunks][: retrieval.rerank_depth]
-        texts = {cid: found.chunks[cid].text for cid in head}
-        titles = {cid: str(found.chunks[cid].metadata.get("title") or "") for cid in head}
-        asked = content_query(query, [f"{titles[cid]} {texts[cid]}" for cid in head])
-        [asked_vector] = timed(samples, "rerank_embedding", encode, [asked], model, precision=precision)
-        embeddings = {cid: found.embeddings[cid] for cid in head}
-        timed(samples, "rerank_similarities", cosine_similarities, asked_vector, embeddings)
-        timed(samples, "rerank_matches", match_scores, query, texts, titles)
+        table = timed(samples, "features", describe, pool, model, precision)
+        scores = timed(samples, "score", ranker.score, table.matrix)
+        timed(samples, "collapse_and_cut", ranked, Scored(pool, table, scores), 5)
     trips = []
     for query in queries[:10]:
         with round_trips() as counted:

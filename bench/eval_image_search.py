@@ -11,8 +11,8 @@ images (those with an image chunk), changed the way a user's copy differs from t
 
 A query succeeds at k when one of the top-k hits is a chunk of that picture (its image chunk or
 an excerpt of it, in any document that holds it). Each copy is described once and searched twice:
-with the perceptual-hash signal (`retrieval.near_duplicate_bits` as configured) and without it
-(None), so the difference is that signal's alone. The counter-check: pictures that are not in the
+with the query's perceptual hash (query/candidates.py NEAR_DUPLICATE_BITS) and without it, so
+the difference is that signal's alone. The counter-check: pictures that are not in the
 index (the image-only pages of `qa/mmlongbench`, never ingested here) should find no near-duplicate;
 `foreign_with_a_near_duplicate` is the share that does, at each distance.
 
@@ -107,11 +107,10 @@ def indexed_pictures() -> dict[str, set[str]]:
 def foreign_near_duplicates(corpus: Path, store: PgVectorStore, sample: int, rng: random.Random) -> dict:
     """Pictures from outside the index: the share that meets an indexed picture within N bits, and
     the share that search would put first as the picture it copies."""
-    from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.documents.loader import load_document
     from vision_rag_pipeline.enrichment.preprocess import ImageError, load_image
     from vision_rag_pipeline.images.fingerprint import HASH_BITS, perceptual_hash
-    from vision_rag_pipeline.query.search import same_picture
+    from vision_rag_pipeline.query.candidates import same_picture
 
     hashes = []
     for path in sorted((corpus / "qa" / "mmlongbench").glob("*.pdf")):
@@ -123,16 +122,13 @@ def foreign_near_duplicates(corpus: Path, store: PgVectorStore, sample: int, rng
     chosen = rng.sample(hashes, min(sample, len(hashes)))
     near = [store.near_duplicates(h, HASH_BITS) if h else {} for h in chosen]
     nearest = [min((d for d, _ in found.values()), default=HASH_BITS + 1) for found in near]
-    retrieval = config_in_effect().config.retrieval
     return {
         "pictures": len(chosen),
         "plain_no_hash": round(sum(h is None for h in chosen) / len(chosen), 3),
         "share_within_bits": {
             bits: round(sum(d <= bits for d in nearest) / len(chosen), 3) for bits in (6, 8, 10, 12, 14)
         },
-        "share_put_first": round(
-            sum(bool(same_picture(found, retrieval)) for found in near) / len(chosen), 3
-        ),
+        "share_put_first": round(sum(bool(same_picture(found)) for found in near) / len(chosen), 3),
     }
 
 
@@ -140,13 +136,11 @@ def run(corpus: Path, sample: int, k: int, seed: int) -> dict:
     from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.enrichment.preprocess import load_image
     from vision_rag_pipeline.images.store import ImageStore
+    from vision_rag_pipeline.query.candidates import NEAR_DUPLICATE_BITS, vector_store
     from vision_rag_pipeline.query.image_query import describe_query_image
-    from vision_rag_pipeline.query.search import search_queries, vector_store
+    from vision_rag_pipeline.query.search import search_queries
 
     config = config_in_effect().config
-    without = config.model_copy(
-        update={"retrieval": config.retrieval.model_copy(update={"near_duplicate_bits": None})}
-    )
     pictures = indexed_pictures()
     rng = random.Random(seed)
     chosen = rng.sample(sorted(pictures), min(sample, len(pictures)))
@@ -158,8 +152,9 @@ def run(corpus: Path, sample: int, k: int, seed: int) -> dict:
         for variant, change in VARIANTS.items():
             started = time.perf_counter()
             picture = describe_query_image(change(img, rng))
-            for signal, settings in (("hash", config), ("text", without)):
-                hits = search_queries([], k, image=picture, config=settings)
+            # "text": the same query without its perceptual hash, so only what it reads is searched
+            for signal, query in (("hash", picture), ("text", picture._replace(perceptual_hash=None))):
+                hits = search_queries([], k, image=query, config=config, unit="chunk")
                 found = [i for i, hit in enumerate(hits, 1) if hit.chunk_id in pictures[sha256]]
                 ranks[variant][signal].append(found[0] if found else None)
             seconds.append(time.perf_counter() - started)
@@ -171,7 +166,7 @@ def run(corpus: Path, sample: int, k: int, seed: int) -> dict:
     return {
         "pictures": len(chosen),
         "indexed_pictures": len(pictures),
-        "near_duplicate_bits": config.retrieval.near_duplicate_bits,
+        "near_duplicate_bits": NEAR_DUPLICATE_BITS,
         "seconds_per_query_median": round(statistics.median(seconds), 2),
         "recall": {
             variant: {
