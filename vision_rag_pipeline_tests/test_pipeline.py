@@ -82,13 +82,35 @@ def test_chunks_carry_locations(instance: dg.DagsterInstance) -> None:
 def test_search_returns_located_hits_for_each_mode(instance: dg.DagsterInstance) -> None:
     for path in SAMPLE_FILES:
         _materialize(instance, path)
+    samples = [str(p) for p in SAMPLE_FILES]
     for mode in ("hybrid", "vector", "lexical"):
-        hits = search(text="revenue quarter", k=3, mode=mode)
-        assert hits, f"{mode} search finds something in the samples"
-        for hit in hits:
-            assert hit.document in {str(p) for p in SAMPLE_FILES}
-            assert hit.kind in ("text", "table", "image")
-            assert hit.page or hit.char_span or hit.image
+        for unit in ("page", "chunk"):
+            hits = search(text="revenue quarter", k=3, mode=mode, unit=unit, document_ids=samples)
+            assert hits, f"{mode} search finds something in the samples"
+            for hit in hits:
+                assert hit.document in samples
+                located = [hit] if hit.kind != "page" else hit.passages
+                assert hit.kind in ("text", "table", "image") or (unit == "page" and hit.page and located)
+                assert all(part.page or part.char_span or part.image for part in located)
+
+
+def test_the_demos_questions_find_the_picture_that_answers_first(instance: dg.DagsterInstance) -> None:
+    """The facts live only in the samples' pictures: the KPI table on page 1 of the PDF, the scanned
+    board memo on its page 3, the revenue chart of the web page (samples/README.md)."""
+    for path in SAMPLE_FILES:
+        _materialize(instance, path)
+    samples = [str(p) for p in SAMPLE_FILES]
+    expected = {
+        "What share of deliveries arrived on time?": ("operations_review.pdf", 1, "96.4"),
+        "quarterly dividend board approved": ("operations_review.pdf", 3, "0.42"),
+        "What dividend did the board approve?": ("operations_review.pdf", 3, "0.42"),
+        "What was revenue in Q3?": ("report.mhtml", None, "45.9"),
+    }
+    for question, (document, page, fact) in expected.items():
+        first = search(text=question, k=3, document_ids=samples)[0]
+        assert first.document.endswith(document) and first.page == page, (question, first)
+        shown = first.passages[0].text if first.passages else first.text
+        assert fact in shown, (question, shown)
 
 
 def test_failed_document_reports_a_one_line_reason(instance: dg.DagsterInstance, tmp_path: Path) -> None:
