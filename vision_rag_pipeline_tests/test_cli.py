@@ -32,7 +32,7 @@ INGEST_KEYS = {
     "ocr_languages",
     "warnings",
 }
-HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image"}
+HIT_KEYS = {"chunk_id", "document", "kind", "text", "score", "page", "bbox", "char_span", "image", "passages"}
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -190,6 +190,9 @@ def test_search_json_hits(pg_url: str, samples: list[str], capsys: pytest.Captur
     for hit in hits:
         assert set(hit) == HIT_KEYS
         assert hit["document"] in samples, "document is the path as given to ingest"
+        assert all(set(passage) == HIT_KEYS and passage["page"] == hit["page"] for passage in hit["passages"])
+    scores = [hit["score"] for hit in hits]
+    assert scores == sorted(scores, reverse=True), "printed in the order shown"
 
 
 def test_config_show_json_is_the_rag_config(capsys: pytest.CaptureFixture[str]) -> None:
