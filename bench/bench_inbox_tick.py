@@ -53,7 +53,7 @@ def measure(ticks: int) -> dict:
     from vision_rag_pipeline.documents import inbox as inbox_module
 
     reads = [0]
-    for name in ("file_sha256", "sniff_document_kind"):
+    for name in ("file_sha256", "why_not_a_document"):
         original = getattr(inbox_module, name)
 
         def counted(*args, _original=original):

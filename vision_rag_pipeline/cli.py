@@ -217,10 +217,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     instance = dagster_instance()
     try:
         if args.submit:
-            backfill_id = submit_reenrich_backfill(instance, args.partitions)
+            backfill_ids = submit_reenrich_backfill(
+                instance, args.partitions, progress=lambda line: print(line, file=sys.stderr)
+            )
             print(
-                f"submitted backfill {backfill_id}; the Dagster daemon runs it "
-                "(UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
+                f"submitted {len(backfill_ids)} backfill(s) ({', '.join(backfill_ids)}); the Dagster daemon runs "
+                "them (UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
             )
             return 0
         report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_a_submitted_backfill_is_a_backfill_of_the_reenrich_job(
     assert code == 0 and "Jobs → reenrich → Partitions" in out, out
 
     instance = dagster_instance()
-    backfill_id = out.split()[2].rstrip(";")
+    [backfill_id] = re.fullmatch(r"submitted 1 backfill\(s\) \((\S+)\);.*", out.strip()).groups()
     backfill = instance.get_backfill(backfill_id)
     assert backfill.partition_set_origin.partition_set_name == "reenrich_partition_set"
     assert backfill.partition_names == [partition]
@@ -104,6 +105,40 @@ def test_a_submitted_backfill_is_a_backfill_of_the_reenrich_job(
     ]
     for run in queued:  # no daemon here: nothing would ever dequeue it
         instance.delete_run(run.run_id)
+
+
+def test_a_large_backfill_is_submitted_in_chunks_named_by_ranges(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key in one `--partitions` argument failed above ~2,500 documents (E2BIG): every partition
+    is now named by ranges, a chunk of the catalog per backfill."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs import backfill
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+
+    monkeypatch.setattr(backfill, "BACKFILL_CHUNK", 3)
+    with dg.instance_for_test() as instance:
+        keys = [f"chunked-{i}" for i in range(5)]
+        instance.add_dynamic_partitions(documents_partitions.name, keys)
+
+        backfill_ids = backfill.submit_reenrich_backfill(instance)
+
+        assert [instance.get_backfill(i).partition_names for i in backfill_ids] == [keys[0:3], keys[3:]]
+        [submission] = {instance.get_backfill(i).tags["vision_rag/backfill"] for i in backfill_ids}
+        runs = instance.get_runs(dg.RunsFilter(tags={"vision_rag/backfill": submission}))
+        assert sorted(run.tags["dagster/partition"] for run in runs) == keys
+
+
+def test_a_selection_is_named_in_lists_each_short_enough_for_one_argument() -> None:
+    from vision_rag_pipeline.defs.backfill import BACKFILL_CHUNK, _argument_chunks
+
+    names = [f"{'quarterly-report-of-the-northern-region'[: 10 + i % 30]}-{i:010x}" for i in range(9000)]
+    chunks = list(_argument_chunks(names))
+    assert [name for chunk in chunks for name in chunk] == names
+    assert all(
+        len(chunk) <= BACKFILL_CHUNK and len(",".join(chunk).encode()) < 128 * 1024 for chunk in chunks
+    )
 
 
 def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(

@@ -40,6 +40,7 @@ SHARED_WITH_DOCKER = (
     "concurrency",
     "run_retries",
     "run_monitoring",
+    "sensors",
     "telemetry",
     "nux",
 )
@@ -92,6 +93,10 @@ def test_the_helm_values_render_the_k8s_instance(values: dict[str, Any], instanc
     assert daemon["runRetries"] == {
         "enabled": instance["run_retries"]["enabled"],
         "maxRetries": instance["run_retries"]["max_retries"],
+    }
+    assert daemon["sensors"] == {
+        "useThreads": instance["sensors"]["use_threads"],
+        "numWorkers": instance["sensors"]["num_workers"],
     }
     monitoring = instance["run_monitoring"]
     assert daemon["runMonitoring"] == {

@@ -31,10 +31,16 @@ MHTML = SAMPLES / "larkspur_q3_2024_report.mhtml"
 DIM = 384  # the session's chunks table is shared with the pipeline tests (all-MiniLM-L6-v2)
 
 
+CARRIED = object()
+_cursors: dict[object, str | None] = {}  # what each test instance's last tick left, as the daemon keeps it
+
+
 @pytest.fixture
 def instance():
     with dg.instance_for_test() as instance:
         yield instance
+    _cursors.pop(id(instance), None)
+    _cursors.pop((id(instance), "version"), None)
 
 
 @pytest.fixture
@@ -46,23 +52,21 @@ def inbox(tmp_path, pg_url, monkeypatch) -> Path:
     return path
 
 
-def tick(instance, cursor: str | None = None) -> dg.SensorResult | dg.SkipReason:
-    from vision_rag_pipeline.definitions import defs
-
-    context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
-    )
-    return inbox_sensor(context)
+def tick(instance, cursor: str | None | object = CARRIED) -> dg.SensorResult | dg.SkipReason:
+    """One tick as the daemon runs it: with the cursor the previous tick left (Dagster stores it with
+    that tick's run requests), unless the test gives one."""
+    return tick_with_cursor(instance, _cursors.get(id(instance)) if cursor is CARRIED else cursor)[0]
 
 
 def tick_with_cursor(instance, cursor: str | None) -> tuple[dg.SensorResult | dg.SkipReason, str | None]:
-    """One tick as the daemon runs it: the cursor the previous tick left in, the one it leaves out."""
+    """One tick: the cursor the previous tick left in, the one it leaves out."""
     from vision_rag_pipeline.definitions import defs
 
     context = dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
     )
     result = inbox_sensor(context)
+    _cursors[id(instance)] = context.cursor
     return result, context.cursor
 
 
@@ -91,8 +95,49 @@ def test_new_files_are_registered_partitioned_and_requested(instance, inbox):
     assert isinstance(add, dg.AddDynamicPartitionsRequest)
     assert add.partitions_def_name == documents_partitions.name and set(add.partition_keys) == expected
     assert {DocumentRegistry().get(key).abs_path for key in expected} == {str(pdf), str(mhtml)}
+    assert not known_files(inbox), "seen only once Dagster accepted the requests (the next tick's cursor)"
+    assert not requests(tick(instance))
     assert known_files(inbox) == {bytes(pdf), bytes(mhtml)}
-    assert not result.cursor  # the state is in the registry, whatever the number of files
+    assert _cursors[id(instance)] is None  # the state is in the registry, whatever the number of files
+
+
+def test_a_tick_dagster_did_not_accept_loses_no_file(instance, inbox):
+    """A tick that timed out (or whose requests were never stored) leaves the cursor as it was: the
+    next tick takes the same files again instead of taking them for seen."""
+    pdf = Path(shutil.copy(PDF, inbox))
+    [first] = ingest_requests(tick(instance, None))
+    [again] = ingest_requests(tick(instance, None))  # the first tick's cursor never reached Dagster
+    assert first.partition_key == again.partition_key == document_id_for(pdf)
+    assert not requests(tick(instance))
+
+
+def test_a_drop_larger_than_a_tick_is_taken_over_the_next_ticks_oldest_first(instance, inbox, monkeypatch):
+    from vision_rag_pipeline.defs import inbox as sensor_module
+
+    monkeypatch.setattr(sensor_module, "FILES_PER_TICK", 4)
+    for i in range(10):
+        path = inbox / f"report-{i}.pdf"
+        path.write_bytes(PDF.read_bytes()[:4096])
+        os.utime(path, ns=(10**18 + i, 10**18 + i))  # report-0 is the oldest
+
+    taken = [[r.tags["vision_rag/inbox_file"] for r in ingest_requests(tick(instance))] for _ in range(4)]
+
+    assert [len(names) for names in taken] == [4, 4, 2, 0]
+    assert taken[0] == [str(inbox / f"report-{i}.pdf") for i in range(4)]
+    assert len(known_files(inbox)) == 10
+
+
+def test_no_file_is_taken_while_a_ticks_worth_of_its_runs_wait_in_the_queue(instance, inbox, monkeypatch):
+    from vision_rag_pipeline.defs import inbox as sensor_module
+
+    monkeypatch.setattr(sensor_module, "FILES_PER_TICK", 2)
+    monkeypatch.setattr(instance, "get_runs_count", lambda filters=None: 2)  # two queued runs of the sensor
+    shutil.copy(PDF, inbox)
+    result = tick(instance)
+    assert isinstance(result, dg.SkipReason)
+    assert (
+        "1 waiting for the next ticks (at most 2 a tick; 2 runs of this sensor queued)" in result.skip_message
+    )
 
 
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):
@@ -112,6 +157,7 @@ def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg
     for i in range(5):
         shutil.copy(PDF, inbox / f"report-{i}.pdf")
     tick(instance)
+    tick(instance)  # records what the first one saw
 
     def row_versions() -> list:  # xmin changes whenever Postgres writes a row
         with psycopg.connect(pg_url) as conn:
@@ -125,7 +171,7 @@ def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg
 
     before = row_versions()
     monkeypatch.setattr(inbox_module, "file_sha256", no_reading)
-    monkeypatch.setattr(inbox_module, "sniff_document_kind", no_reading)
+    monkeypatch.setattr(inbox_module, "why_not_a_document", no_reading)
     assert isinstance(tick(instance), dg.SkipReason)
     assert row_versions() == before and len(before) == 5
 
@@ -180,7 +226,8 @@ def test_a_file_still_being_copied_starts_one_run_once_it_holds_still(instance, 
     [request] = ingest_requests(result)
     assert request.partition_key == document_id_for(copying)
     assert DocumentRegistry().content(request.partition_key) == whole, "the run reads the whole file"
-    assert cursor is None and not requests(tick_with_cursor(instance, cursor)[0])
+    result, cursor = tick_with_cursor(instance, cursor)
+    assert cursor is None and not requests(result)
 
 
 def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_holds_still(
@@ -188,6 +235,7 @@ def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_hol
 ):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)
+    assert not requests(tick(instance)) and known_files(inbox) == {bytes(pdf)}
     monkeypatch.setenv(INBOX_SETTLE_ENV, "30")
     pdf.write_bytes(PDF.read_bytes()[:100])  # truncated: the rewrite has begun
     result, cursor = tick_with_cursor(instance, None)
@@ -199,11 +247,35 @@ def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_hol
     assert request.tags["vision_rag/change"] == "changed"
 
 
-def test_files_that_are_not_documents_are_ignored(instance, inbox):
-    (inbox / "notes.txt").write_text("hello")
-    (inbox / "fake.pdf").write_text("not really a pdf")
-    (inbox / ".partial.pdf").write_bytes(PDF.read_bytes())
-    assert isinstance(tick(instance), dg.SkipReason) and not known_files(inbox)
+NOT_A_DOCUMENT_DOCX = "a ZIP archive (a Word, Excel or PowerPoint file?), not an MHTML web archive or a PDF"
+
+
+def test_files_that_are_not_documents_are_skipped_with_a_reason_once_and_counted(instance, inbox, capfd):
+    (inbox / "notes.txt").write_text("hello")  # not named like a document: not looked at
+    (inbox / ".partial.pdf").write_bytes(PDF.read_bytes())  # hidden: a download in progress
+    (inbox / "empty.pdf").write_bytes(b"")
+    (inbox / "report.pdf").write_bytes(b"PK\x03\x04" + bytes(200))  # a .docx renamed
+    shutil.copy(PDF, inbox / "real.pdf")
+
+    result = tick(instance)
+
+    [request] = ingest_requests(result)
+    assert request.partition_key == document_id_for(inbox / "real.pdf")
+    said = capfd.readouterr().err  # the tick's log: the UI shows it under the tick
+    assert f"skipped {inbox}/empty.pdf: empty file\n" in said
+    assert f"skipped {inbox}/report.pdf: {NOT_A_DOCUMENT_DOCX}\n" in said
+    assert f"3 files in {inbox}: 1 new, 0 changed, 0 deleted, 0 as before; 2 skipped (2 not documents" in said
+    rejections = DocumentRegistry().inbox_rejections(bytes(inbox))
+    assert {path: why.reason for path, why in rejections.items()} == {
+        bytes(inbox / "empty.pdf"): "empty file",
+        bytes(inbox / "report.pdf"): NOT_A_DOCUMENT_DOCX,
+    }
+    again = tick(instance)
+    assert isinstance(again, dg.SkipReason) and "2 skipped (2 not documents" in again.skip_message
+    assert "skipped" not in capfd.readouterr().err, "said once, not every tick"
+    (inbox / "empty.pdf").unlink()
+    tick(instance)
+    assert set(DocumentRegistry().inbox_rejections(bytes(inbox))) == {bytes(inbox / "report.pdf")}
 
 
 def test_a_missing_inbox_is_skipped_not_read_as_everything_deleted(instance, inbox):
@@ -240,7 +312,7 @@ def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instanc
     assert isinstance(delete, dg.DeleteDynamicPartitionsRequest) and delete.partition_keys == [document_id]
     [removal] = result.run_requests
     assert removal.job_name == "remove_document"
-    assert not known_files(inbox) and not requests(tick(instance))  # requested once
+    assert not requests(tick(instance)) and not known_files(inbox)  # requested once
     from vision_rag_pipeline.definitions import defs
 
     run = defs.resolve_job_def("remove_document").execute_in_process(
@@ -324,10 +396,17 @@ def current_versions() -> dict[str, str]:
     return {key.to_user_string(): graph.get(key).code_version for key in graph.materializable_asset_keys}
 
 
-def version_tick(instance):
+def version_tick(instance, cursor: str | None | object = CARRIED):
+    """One version-sensor tick with the cursor its previous tick left (unless one is given)."""
     from vision_rag_pipeline.definitions import defs
 
-    return version_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+    key = (id(instance), "version")
+    context = dg.build_sensor_context(
+        instance=instance, definitions=defs, cursor=_cursors.get(key) if cursor is CARRIED else cursor
+    )
+    result = version_sensor(context)
+    _cursors[key] = context.cursor
+    return result
 
 
 def materialize_all(instance, partition: str, overrides: dict[str, str | None] = {}) -> None:  # noqa: B006
@@ -356,11 +435,61 @@ def test_a_stale_enrichment_re_runs_enrichment_and_downstream_only(instance):
     materialize_all(instance, "a", {"image_enrichments": "old-prompt"})
     materialize_all(instance, "b")
 
+    before = _cursors.get((id(instance), "version"))
     first = version_tick(instance)
 
     assert selections(first) == {"a": {"image_enrichments"} | INDEX_HALF}
-    # A later tick before the run lands asks for the same run (Dagster drops it by run key).
-    assert [r.run_key for r in version_tick(instance).run_requests] == [first.run_requests[0].run_key]
+    # Evaluated again before Dagster stored the first tick: the same run, which Dagster drops by run key.
+    again = version_tick(instance, before)
+    assert [r.run_key for r in again.run_requests] == [first.run_requests[0].run_key]
+    # Once stored, the next tick knows the run was requested: nothing more until it materializes.
+    assert not version_tick(instance).run_requests
+
+
+def test_a_stale_catalog_is_re_run_a_few_partitions_a_tick(instance, monkeypatch):
+    from vision_rag_pipeline.defs import versions as module
+
+    monkeypatch.setattr(module, "RUNS_PER_TICK", 2)
+    partitions = [f"doc-{i}" for i in range(5)]
+    instance.add_dynamic_partitions(documents_partitions.name, partitions)
+    for partition in partitions:
+        materialize_all(instance, partition, {"document_chunks": "old-splitter"})
+
+    taken = [sorted(selections(version_tick(instance))) for _ in range(4)]
+
+    assert taken == [["doc-0", "doc-1"], ["doc-2", "doc-3"], ["doc-4"], []]
+
+
+def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance, monkeypatch):
+    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
+    materialize_all(instance, "a")
+    materialize_all(instance, "b")
+    version_tick(instance)
+    read = []
+    fetch = instance.fetch_materializations
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        found = fetch(*args, **kwargs)
+        read.extend(found.records)
+        return found
+
+    monkeypatch.setattr(instance, "fetch_materializations", counted)
+    assert not version_tick(instance).run_requests and read == []
+    record(instance, "document_chunks", "b", "old-splitter")  # a run elsewhere recorded an old version
+
+    assert selections(version_tick(instance)) == {
+        "b": {"document_chunks", "chunk_embeddings", "pgvector_index", "lexical_index"}
+    }
+    assert len(read) == 1
+
+
+def test_a_partition_that_materializes_an_old_version_again_is_asked_again(instance):
+    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
+    materialize_all(instance, "a", {"image_enrichments": "old-prompt"})
+    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
+    assert not version_tick(instance).run_requests
+    record(instance, "image_enrichments", "a", "older-still")  # e.g. a CLI with another config
+    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
 
 
 def test_a_classifier_change_also_re_runs_verdicts_and_unversioned_history_counts_as_stale(instance):

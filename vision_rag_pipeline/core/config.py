@@ -563,6 +563,7 @@ def url_without_credentials(url: str) -> str:
 
 
 SENSOR_INTERVAL_ENV = "VISION_RAG_SENSOR_INTERVAL_SECONDS"
+SENSOR_RUNS_PER_TICK_ENV = "VISION_RAG_SENSOR_RUNS_PER_TICK"
 REINDEX_CRON_ENV = "VISION_RAG_REINDEX_CRON"
 
 
@@ -576,6 +577,13 @@ def inbox_settle_seconds(default: float) -> float:
     """How long an inbox file must stay unchanged before it is ingested: `VISION_RAG_INBOX_SETTLE_SECONDS`,
     else `default` (the inbox sensor's interval: stable over one tick)."""
     return float(os.environ.get(INBOX_SETTLE_ENV) or default)
+
+
+def sensor_runs_per_tick(default: int) -> int:
+    """How many runs one sensor tick requests at most (`VISION_RAG_SENSOR_RUNS_PER_TICK`, read when the
+    code location loads): the inbox's files and the version sensor's stale partitions beyond it are
+    taken by the following ticks, so no tick outlasts Dagster's 60 s however large the change."""
+    return int(os.environ.get(SENSOR_RUNS_PER_TICK_ENV) or default)
 
 
 def reindex_cron() -> str:

@@ -77,7 +77,10 @@ def _sniff_svg(data: bytes) -> str | None:
 def sniff_document_kind(path: str | Path) -> Literal["mhtml", "pdf"] | None:
     """Which loader a file needs judging by its first KB, or None when it is neither an MHTML nor a PDF."""
     with open(path, "rb") as handle:
-        head = handle.read(1024)
+        return _document_kind(handle.read(1024))
+
+
+def _document_kind(head: bytes) -> Literal["mhtml", "pdf"] | None:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"%PDF-"):
         return "pdf"
     if any(marker.search(head) for marker in _MHTML_MARKERS):
@@ -87,6 +90,28 @@ def sniff_document_kind(path: str | Path) -> Literal["mhtml", "pdf"] | None:
     if b"%PDF-" in head:  # PDF readers accept junk before the header within the first KB
         return "pdf"
     return None
+
+
+_NOT_DOCUMENTS = (
+    (b"PK\x03\x04", "a ZIP archive (a Word, Excel or PowerPoint file?)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an old Office file (Word 97-2003?)"),
+    (b"{\\rtf", "an RTF document"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+)
+
+
+def why_not_a_document(path: str | bytes | Path) -> str | None:
+    """One line saying why a file named like a document is not one (empty, or what its bytes are), or
+    None when it is an MHTML web archive or a PDF."""
+    with open(path, "rb") as handle:
+        head = handle.read(1024)
+    if not head:
+        return "empty file"
+    if _document_kind(head) is not None:
+        return None
+    what = next((name for magic, name in _NOT_DOCUMENTS if head.startswith(magic)), None)
+    return f"{what}, not an MHTML web archive or a PDF" if what else "not an MHTML web archive or a PDF"
 
 
 class ImagePayloadError(ValueError):

@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -66,28 +68,71 @@ def run_reenrich_backfill(
     return report
 
 
-def submit_reenrich_backfill(instance: dg.DagsterInstance, partitions: list[str] | None = None) -> str:
-    """Queue the same work as a backfill of the `reenrich` job for the daemon, one queued run per
-    partition (bounded by the `vision_model` pool); returns the backfill id.
+# Partitions per Dagster backfill. The daemon submits a job backfill's runs 25 at a time and before each
+# 25 reads every run the backfill has made so far: one backfill of 100,000 partitions slows as it goes,
+# chunks of 2,000 keep that read small (BENCHMARKS.md "Catalog of 100,000 documents"). 2,000 keys also
+# keep one `--partitions` argument well under Linux's 128 KiB per argument.
+BACKFILL_CHUNK = 2000
+_MAX_ARGUMENT_BYTES = 100_000
 
-    Through Dagster's own `dagster job backfill`: a job backfill is listed on the job's page (Jobs →
+
+def submit_reenrich_backfill(
+    instance: dg.DagsterInstance,
+    partitions: list[str] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[str]:
+    """Queue the same work as backfills of the `reenrich` job for the daemon, one queued run per
+    partition (bounded by the `vision_model` pool), in chunks of `BACKFILL_CHUNK` partitions; returns
+    the backfill ids. Every chunk's runs carry one `vision_rag/backfill` tag, so the UI's run list
+    filters them together.
+
+    Through Dagster's own `dagster job backfill`, which creates and queues each chunk's runs (about
+    N per second, BENCHMARKS.md): a job backfill is listed on the job's page (Jobs →
     reenrich → Partitions, "Backfill history") as well as under Runs → Backfills; an asset backfill,
     which Python could only create through private classes, appeared under Runs → Backfills alone.
+    Every partition is named by ranges (`--from`/`--to` over the partitions' order), a selection by
+    lists of keys, so no argument grows with the catalog.
     """
-    names = _partitions(instance, partitions)
+    known = instance.get_dynamic_partitions(documents_partitions.name)
+    names = _partitions(instance, partitions) if partitions else list(known)
     if not names:
         raise UnknownPartitionError("no document partitions to backfill yet")
+    tags = json.dumps({"vision_rag/backfill": f"cli-{uuid.uuid4().hex[:8]}", **host_input_tags()})
+    if partitions:
+        selections = [("--partitions", ",".join(chunk)) for chunk in _argument_chunks(names)]
+    else:
+        selections = [
+            ("--from", names[start], "--to", names[min(start + BACKFILL_CHUNK, len(names)) - 1])
+            for start in range(0, len(names), BACKFILL_CHUNK)
+        ]
+    backfill_ids = []
+    for number, selection in enumerate(selections, start=1):
+        backfill_ids.append(_job_backfill(instance, selection, tags))
+        progress(f"backfill {backfill_ids[-1]}: {number} of {len(selections)} submitted")
+    return backfill_ids
+
+
+def _argument_chunks(names: list[str]) -> Iterator[list[str]]:
+    """The names in order, at most BACKFILL_CHUNK and _MAX_ARGUMENT_BYTES (joined) a chunk."""
+    chunk: list[str] = []
+    size = 0
+    for name in names:
+        if chunk and (len(chunk) == BACKFILL_CHUNK or size + len(name.encode()) + 1 > _MAX_ARGUMENT_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(name)
+        size += len(name.encode()) + 1
+    if chunk:
+        yield chunk
+
+
+def _job_backfill(instance: dg.DagsterInstance, selection: tuple[str, ...], tags: str) -> str:
     done = subprocess.run(
         [
             str(Path(sys.executable).parent / "dagster"),
             *("job", "backfill", "-m", "vision_rag_pipeline.definitions", "-j", "reenrich"),
-            *(
-                "--partitions",
-                ",".join(names),
-                "--tags",
-                json.dumps({"vision_rag/backfill": "cli", **host_input_tags()}),
-            ),
-            "--noprompt",
+            *selection,
+            *("--tags", tags, "--noprompt"),
         ],
         env=os.environ | {"DAGSTER_HOME": instance.root_directory},
         capture_output=True,

@@ -5,8 +5,21 @@ Its state is the registry table (one row per file: size, mtime, sha256), not its
 unchanged inbox reads no file contents and writes nothing, however many files it holds. A file is
 re-ingested only when its hash changed, and only once it stopped changing: its size and mtime held
 still over one tick, or nothing wrote to it for `VISION_RAG_INBOX_SETTLE_SECONDS` (default: the
-tick interval). The cursor holds only what the tick saw of the files still changing. The sensor targets both jobs it requests, `ingest_document`
-and `remove_document` (Dagster refuses a RunRequest for a job the sensor does not declare).
+tick interval).
+
+A tick takes at most `VISION_RAG_SENSOR_RUNS_PER_TICK` files (new, changed or deleted; oldest first)
+and none while that many of its runs still wait in the queue: a drop of 100,000 files is taken over
+the following ticks, each well within Dagster's 60 s, instead of one tick that times out after
+registering everything and leaves no run behind. A file's bytes are registered in the tick that
+requests its run, but the state that marks it seen is written by the next tick, which runs only once
+Dagster stored this one's run requests with its cursor (`accepted` in the cursor): a tick Dagster
+did not accept leaves its files new or changed, and the next takes them again.
+
+A file named like a document that is not one (empty, a Word file renamed `.pdf`) gets one line in
+the tick's log when first seen, and its reason in the registry (`inbox_rejections`), where `vision-rag
+status` reads it; it is not read again while it stays as it is. Each tick says how many files it saw
+and how many it skipped. The sensor targets both jobs it requests, `ingest_document` and
+`remove_document` (Dagster refuses a RunRequest for a job the sensor does not declare).
 """
 
 import json
@@ -19,70 +32,99 @@ from vision_rag_pipeline.core.config import (
     inbox_dir,
     inbox_settle_seconds,
     sensor_interval_seconds,
+    sensor_runs_per_tick,
 )
 from vision_rag_pipeline.defs.documents import RemoveDocumentConfig, remove_document_job
 from vision_rag_pipeline.defs.jobs import ingest_document_job
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
-from vision_rag_pipeline.documents.inbox import scan_inbox
-from vision_rag_pipeline.documents.registry import FileState, display_path
+from vision_rag_pipeline.documents.inbox import InboxScan, scan_inbox
+from vision_rag_pipeline.documents.registry import DocumentRegistry, FileState, display_path
 
-MAX_LOGGED_SKIPS = 20  # the same links are skipped on every tick: name a few, count the rest
+MAX_LOGGED = 20  # lines of one kind per tick: name a few, count the rest
 INTERVAL_SECONDS = sensor_interval_seconds(30)
+FILES_PER_TICK = sensor_runs_per_tick(200)
+SENSOR_NAME = "inbox_sensor"
+WAITING_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
 
 @dg.sensor(
-    name="inbox_sensor",
+    name=SENSOR_NAME,
     jobs=[ingest_document_job, remove_document_job],
     minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches VISION_RAG_INBOX (default $VISION_RAG_HOME/inbox): new or changed MHTML/PDF files "
-    "are ingested (one partition each), deleted ones removed from the partitions and every index. "
-    "Links pointing out of the inbox are skipped.",
+    "are ingested (one partition each), deleted ones removed from the partitions and every index, "
+    f"at most {FILES_PER_TICK} a tick. Links pointing out of the inbox, and files that are not documents, "
+    "are skipped with a reason.",
 )
 def inbox_sensor(
     context: dg.SensorEvaluationContext, index_db: IndexDatabase
 ) -> dg.SensorResult | dg.SkipReason:
+    registry = index_db.registry()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    _commit_accepted(registry, cursor.get("accepted", {}))
     inbox = inbox_dir()
     if not inbox.is_dir():
         # Never read a missing (e.g. unmounted) inbox as "every file was deleted".
+        context.update_cursor(
+            json.dumps({"settling": cursor["settling"]}) if cursor.get("settling") else None
+        )
         return dg.SkipReason(f"inbox {inbox} does not exist; create it or set {INBOX_ENV}")
-    registry = index_db.registry()
-    known = registry.inbox_files(bytes(inbox.resolve()))
-    cursor = json.loads(context.cursor) if context.cursor else {}
+    root = bytes(inbox.resolve())
+    known = registry.inbox_files(root)
     if "files" in cursor:  # the state an older version kept in the cursor: adopt it once, not re-ingest all
         registry.record_inbox({p: s for p, s in _cursor_state(cursor).items() if p not in known})
-        known = registry.inbox_files(bytes(inbox.resolve()))
-    settling = {
-        bytes.fromhex(path): (size, mtime) for path, (size, mtime) in cursor.get("settling", {}).items()
-    }
+        known = registry.inbox_files(root)
+    rejected_before = registry.inbox_rejections(root)
+    waiting_runs = context.instance.get_runs_count(
+        dg.RunsFilter(statuses=WAITING_STATUSES, tags={"dagster/sensor_name": SENSOR_NAME})
+    )
+    budget = max(0, FILES_PER_TICK - waiting_runs)
     scan = scan_inbox(
         inbox,
         {path: entry.state for path, entry in known.items()},
-        settling,
+        {bytes.fromhex(path): (size, mtime) for path, (size, mtime) in cursor.get("settling", {}).items()},
         int(inbox_settle_seconds(INTERVAL_SECONDS) * 1e9),
+        {path: (why.size, why.mtime_ns) for path, why in rejected_before.items()},
+        budget,
     )
-    if scan.settling or context.cursor:
-        state = {path.hex(): list(seen) for path, seen in scan.settling.items()}
-        context.update_cursor(json.dumps({"settling": state}) if state else None)
-    for reason in scan.skipped[:MAX_LOGGED_SKIPS]:
-        context.log.warning(f"skipped {reason}")
-    if len(scan.skipped) > MAX_LOGGED_SKIPS:
-        context.log.warning(f"... and {len(scan.skipped) - MAX_LOGGED_SKIPS} more skipped")
+    _log_lines(context, [f"skipped {reason}" for reason in scan.skipped])
+    _log_lines(
+        context, [f"skipped {display_path(path)}: {why.reason}" for path, why in scan.rejected.items()]
+    )
+    still_rejected = scan.rejected_unchanged | set(scan.rejected)
+    cleared = [path for path in rejected_before if path not in still_rejected]
+    if scan.rejected or cleared:
+        registry.record_inbox_rejections(scan.rejected, cleared)
 
     changed = {
         path: "changed" if path in known else "new"
         for path in scan.restated
         if path not in known or known[path].state.sha256 != scan.files[path].sha256
     }
-    deleted = [entry.document_id for path, entry in known.items() if path not in scan.files]
-    # A touched file (same bytes, new mtime) is recorded too, so the next tick does not hash it again.
-    ids = registry.record_inbox({path: scan.files[path] for path in scan.restated}) if scan.restated else {}
-    if deleted:
-        registry.leave_inbox(deleted)
+    touched = {known[path].document_id: scan.files[path] for path in scan.restated if path not in changed}
+    if touched:  # same bytes, new mtime: recorded now, so the next tick does not hash them again
+        registry.commit_inbox_states(touched)
+    gone = [entry for path, entry in known.items() if path not in scan.files]
+    deleted = [entry.document_id for entry in gone[: max(0, budget - len(changed))]]
+    ids = registry.store_inbox_copies(changed) if changed else {}
 
-    # No run keys: the registry already makes each change requested once, and a run key would
-    # swallow a file deleted and later added back with the same content.
+    summary = _summary(inbox, scan, changed, len(deleted), len(gone) - len(deleted), waiting_runs)
+    accepted = {
+        "seen": {ids[path]: list(scan.files[path]) for path in changed},
+        "gone": deleted,
+    }
+    state = {
+        "settling": {path.hex(): list(seen) for path, seen in scan.settling.items()},
+        "accepted": accepted if changed or deleted else {},
+    }
+    state = {key: value for key, value in state.items() if value}
+    if state or context.cursor:
+        context.update_cursor(json.dumps(state) if state else None)
+
+    # No run keys: a file's state is committed once its request was accepted, so each change is
+    # requested once, and a run key would swallow a file deleted and later added back with the same bytes.
     run_requests = [
         dg.RunRequest(
             job_name=ingest_document_job.name,
@@ -100,15 +142,59 @@ def inbox_sensor(
         )
         for document_id in deleted
     ]
+    if not run_requests:
+        return dg.SkipReason(summary)
+    context.log.info(summary)
     partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if changed:  # adding a partition that exists is a no-op, so a changed file is covered too
         partition_requests.append(documents_partitions.build_add_request([ids[path] for path in changed]))
     if deleted:
         partition_requests.append(documents_partitions.build_delete_request(deleted))
-    if not run_requests:
-        writing = f"; {len(scan.settling)} still changing, read once they hold still" if scan.settling else ""
-        return dg.SkipReason(f"no change among {len(scan.files)} files in {inbox}{writing}")
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests)
+
+
+def _commit_accepted(registry: DocumentRegistry, accepted: dict) -> None:
+    """What the previous tick requested, now that Dagster stored its requests (and so this cursor)."""
+    if accepted.get("seen"):
+        registry.commit_inbox_states(
+            {doc_id: FileState(*state) for doc_id, state in accepted["seen"].items()}
+        )
+    if accepted.get("gone"):
+        registry.leave_inbox(accepted["gone"])
+
+
+def _summary(
+    inbox: os.PathLike,
+    scan: InboxScan,
+    changed: dict[bytes, str],
+    deleted: int,
+    deletions_waiting: int,
+    waiting_runs: int,
+) -> str:
+    """One line: what the tick saw, what it requested, what it skipped and what waits."""
+    new = sum(1 for change in changed.values() if change == "new")
+    not_documents = len(scan.rejected) + len(scan.rejected_unchanged)
+    parts = [
+        f"{scan.seen} files in {inbox}: {new} new, {len(changed) - new} changed, {deleted} deleted, "
+        f"{len(scan.files) - len(changed)} as before",
+        f"{not_documents + len(scan.skipped)} skipped ({not_documents} not documents, {len(scan.skipped)} links "
+        "or unreadable folders)",
+    ]
+    if scan.settling:
+        parts.append(f"{len(scan.settling)} still changing, read once they hold still")
+    if scan.waiting or deletions_waiting:
+        parts.append(
+            f"{scan.waiting + deletions_waiting} waiting for the next ticks (at most {FILES_PER_TICK} a tick; "
+            f"{waiting_runs} runs of this sensor queued)"
+        )
+    return "; ".join(parts)
+
+
+def _log_lines(context: dg.SensorEvaluationContext, lines: list[str]) -> None:
+    for line in lines[:MAX_LOGGED]:
+        context.log.warning(line)
+    if len(lines) > MAX_LOGGED:
+        context.log.warning(f"... and {len(lines) - MAX_LOGGED} more")
 
 
 def _cursor_state(cursor: dict) -> dict[bytes, FileState]:

@@ -65,6 +65,11 @@ run_coordinator:
 run_launcher:
   module: vision_rag_pipeline.defs.warm_launcher
   class: WarmRunLauncher
+# Sensors tick in threads of their own: a long inbox tick (a drop of thousands of files) delays
+# neither the version sensor nor the audit sensor.
+sensors:
+  use_threads: true
+  num_workers: 4
 concurrency:
   runs:
     max_concurrent_runs: 4  # beyond the workers, launched runs wait in the launcher (STARTING)

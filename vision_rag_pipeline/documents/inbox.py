@@ -1,10 +1,15 @@
-"""The inbox directory: which MHTML/PDF files are in it, and their content hashes.
+"""The inbox directory: which MHTML/PDF files are in it, their content hashes, and why a file named
+like a document is not one.
 
 A file is read (sniffed and hashed) only when its size or mtime moved since the state it was last
 seen in; an unchanged inbox costs one `stat` per file. A file still being written is left alone: one
 whose size and mtime moved is read only once they held still over one tick (the previous scan saw
 the same, `settling`) or its mtime is at least `settle_ns` old (nothing wrote to it for that long),
-so a slow copy starts one run, on its whole bytes, not one failed run per tick. Paths are handled as bytes, so any file name
+so a slow copy starts one run, on its whole bytes, not one failed run per tick. At most `max_reads`
+files are read per scan, oldest first: a drop of 100,000 files is taken in turns, the rest counted
+as waiting, so no scan outlasts a sensor tick. A file that is not a document (empty, a Word file
+renamed `.pdf`) is read once and comes back with the reason; while its size and mtime hold it is
+not read again. Paths are handled as bytes, so any file name
 the file system allows (not only UTF-8) works. The inbox never reaches outside itself: a symbolic link
 whose target lies outside is skipped with a reason, and linked directories are not descended into.
 """
@@ -15,11 +20,11 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
-from vision_rag_pipeline.core.sniff import sniff_document_kind
-from vision_rag_pipeline.documents.registry import FileState, display_path
+from vision_rag_pipeline.core.sniff import why_not_a_document
+from vision_rag_pipeline.documents.registry import FileState, Rejected, display_path
 
 DOCUMENT_SUFFIXES = (b".mhtml", b".mht", b".pdf")
 _HASH_BLOCK = 1 << 20
@@ -33,14 +38,19 @@ def file_sha256(path: str | bytes | Path) -> str:
     return digest.hexdigest()
 
 
-Observed = tuple[int, int]  # (size, mtime_ns) of a file seen changing
+Observed = tuple[int, int]  # (size, mtime_ns) of a file seen changing, or seen not to be a document
 
 
-class InboxScan(NamedTuple):
-    files: dict[bytes, FileState]  # every document file in the inbox now, by absolute path
-    restated: list[bytes]  # those whose state differs from the known one (new, changed or touched)
-    skipped: list[str]  # why a candidate was left out, one line each
-    settling: dict[bytes, Observed]  # files changed since the last look: read once they hold still
+@dataclass
+class InboxScan:
+    files: dict[bytes, FileState] = field(default_factory=dict)  # every document file now (known or read)
+    restated: list[bytes] = field(default_factory=list)  # read now: new, changed or touched
+    skipped: list[str] = field(default_factory=list)  # why a link or folder was left out, one line each
+    settling: dict[bytes, Observed] = field(default_factory=dict)  # changing: read once they hold still
+    rejected: dict[bytes, Rejected] = field(default_factory=dict)  # read now: not documents
+    rejected_unchanged: set[bytes] = field(default_factory=set)  # known not to be documents, not read again
+    waiting: int = 0  # files due a read left to later scans (over `max_reads`)
+    seen: int = 0  # files named like documents (links out and folders aside)
 
 
 def scan_inbox(
@@ -48,17 +58,21 @@ def scan_inbox(
     known: Mapping[bytes, FileState],
     settling: Mapping[bytes, Observed] | None = None,
     settle_ns: int = 0,
+    rejected: Mapping[bytes, Observed] | None = None,
+    max_reads: int | None = None,
 ) -> InboxScan:
     """Every MHTML/PDF file under `inbox` (by name and by its bytes) with its state.
 
     `known` is the state each file was last seen in: a file whose size and mtime did not move keeps
     its known state unread. `settling` is what the previous scan saw of files that were changing; a
     changed file is read when it matches that, or when nothing wrote to it for `settle_ns`. Until then
-    it is in `settling` (and, when known, keeps its known state: it is not deleted).
+    it is in `settling` (and, when known, keeps its known state: it is not deleted). `rejected` holds
+    the files found not to be documents before, as they were then. `max_reads` bounds the files read
+    (and the files tracked as settling); the others wait, a known one keeping its known state.
     """
     root = os.fsencode(inbox.resolve())
-    scan = InboxScan({}, [], [], {})
-    look = _Look(known, settling or {}, settle_ns, time.time_ns())
+    scan = InboxScan()
+    due: list[tuple[int, bytes, Observed]] = []  # (mtime, path, observed): to read, oldest first
     pending = [root]
     while pending:
         directory = pending.pop()
@@ -69,49 +83,78 @@ def scan_inbox(
             continue
         for entry in entries:
             try:
-                _visit(entry, root, look, scan, pending)
+                observed = _visit(entry, root, scan, pending)
             except OSError:
                 continue  # vanished or unreadable while we looked: the next tick sees the settled state
+            if observed is None:
+                continue
+            scan.seen += 1
+            previous = known.get(entry.path)
+            if previous and (previous.size, previous.mtime_ns) == observed:
+                scan.files[entry.path] = previous
+            elif rejected and rejected.get(entry.path) == observed:
+                scan.rejected_unchanged.add(entry.path)
+            else:
+                due.append((observed[1], entry.path, observed))
+    _read_due(sorted(due), known, settling or {}, settle_ns, max_reads, scan)
     return scan
 
 
-class _Look(NamedTuple):
-    known: Mapping[bytes, FileState]
-    settling: Mapping[bytes, Observed]
-    settle_ns: int
-    now_ns: int
-
-
-def _visit(entry: os.DirEntry[bytes], root: bytes, look: _Look, scan: InboxScan, pending: list) -> None:
+def _visit(entry: os.DirEntry[bytes], root: bytes, scan: InboxScan, pending: list) -> Observed | None:
+    """(size, mtime) of a document-named file in the inbox; folders are queued, links judged."""
     name, path = entry.name, entry.path
     if name.startswith(b"."):  # hidden, or a partial download
-        return
+        return None
     if entry.is_symlink():
         target = os.path.realpath(path)
         if not target.startswith(root + b"/"):
             scan.skipped.append(f"{display_path(path)}: links out of the inbox (to {display_path(target)})")
-            return
+            return None
         if entry.is_dir():
             scan.skipped.append(f"{display_path(path)}: directory links are not followed")
-            return
+            return None
     elif entry.is_dir(follow_symlinks=False):
         pending.append(path)
-        return
+        return None
     if not name.lower().endswith(DOCUMENT_SUFFIXES) or not entry.is_file():
-        return
+        return None
     stat = entry.stat()
-    previous = look.known.get(path)
-    observed = (stat.st_size, stat.st_mtime_ns)
-    if previous and (previous.size, previous.mtime_ns) == observed:
-        scan.files[path] = previous
-        return
-    recent = look.settle_ns > 0 and look.now_ns - stat.st_mtime_ns < look.settle_ns
-    if recent and look.settling.get(path) != observed:
-        scan.settling[path] = observed  # still being written, maybe: look again next tick
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _read_due(
+    due: list[tuple[int, bytes, Observed]],
+    known: Mapping[bytes, FileState],
+    settling: Mapping[bytes, Observed],
+    settle_ns: int,
+    max_reads: int | None,
+    scan: InboxScan,
+) -> None:
+    now_ns = time.time_ns()
+    budget = len(due) if max_reads is None else max_reads
+    reads = 0
+    for mtime_ns, path, observed in due:
+        previous = known.get(path)
         if previous:
-            scan.files[path] = previous
-        return
-    if sniff_document_kind(path) is None:
-        return
-    scan.files[path] = FileState(stat.st_size, stat.st_mtime_ns, file_sha256(path))
-    scan.restated.append(path)
+            scan.files[path] = previous  # until read, a changed known file keeps its state: not deleted
+        recent = settle_ns > 0 and now_ns - mtime_ns < settle_ns
+        if recent and settling.get(path) != observed:
+            if len(scan.settling) < budget:
+                scan.settling[path] = observed  # still being written, maybe: look again next tick
+            else:
+                scan.waiting += 1
+            continue
+        if reads >= budget:
+            scan.waiting += 1
+            continue
+        reads += 1
+        try:
+            reason = why_not_a_document(path)
+            if reason is not None:
+                scan.files.pop(path, None)  # no longer a document: as good as deleted
+                scan.rejected[path] = Rejected(*observed, reason)
+                continue
+            scan.files[path] = FileState(*observed, file_sha256(path))
+        except OSError:
+            continue  # vanished or unreadable while we looked: the next tick sees the settled state
+        scan.restated.append(path)

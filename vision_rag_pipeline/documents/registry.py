@@ -36,6 +36,14 @@ ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_size bigint;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_mtime_ns bigint;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS inbox_sha256 text;
 ALTER TABLE documents ADD COLUMN IF NOT EXISTS content bytea;
+CREATE TABLE IF NOT EXISTS inbox_rejections (
+    path_bytes bytea PRIMARY KEY,
+    source_path text NOT NULL,
+    size bigint NOT NULL,
+    mtime_ns bigint NOT NULL,
+    reason text NOT NULL,
+    seen_at timestamptz NOT NULL DEFAULT now()
+);
 """
 
 
@@ -51,6 +59,14 @@ class FileState(NamedTuple):
     size: int
     mtime_ns: int
     sha256: str
+
+
+class Rejected(NamedTuple):
+    """An inbox file named like a document whose bytes are not one, as it was when read."""
+
+    size: int
+    mtime_ns: int
+    reason: str
 
 
 class InboxEntry(NamedTuple):
@@ -175,6 +191,66 @@ class DocumentRegistry:
                 rows,
             )
         return ids
+
+    def store_inbox_copies(self, paths: Iterable[bytes]) -> dict[bytes, str]:
+        """Register new or changed inbox files (their path and a copy of their bytes) without the state
+        that marks them seen: until `commit_inbox_states` records it, the sensor takes them for new
+        (or changed) again, so a tick whose run requests Dagster never accepted loses no file.
+        Returns {path: document id}."""
+        ids = {path: document_id_for(path, resolve=False) for path in paths}
+        rows = (  # read one file at a time: a tick may register many
+            (ids[path], display_path(path), display_path(path), path, _read(path)) for path in ids
+        )
+        with connect(self.url) as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO documents (document_id, source_path, abs_path, path_bytes, content)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (document_id) DO UPDATE SET"
+                " source_path = EXCLUDED.source_path, abs_path = EXCLUDED.abs_path,"
+                " path_bytes = EXCLUDED.path_bytes, content = EXCLUDED.content, registered_at = now()",
+                rows,
+            )
+        return ids
+
+    def commit_inbox_states(self, states: Mapping[str, FileState]) -> None:
+        """Record what the sensor saw of registered inbox files ({document id: state}): from now on
+        they are known, and read again only when their size or mtime moves."""
+        with connect(self.url) as conn:
+            conn.execute(
+                "UPDATE documents AS d SET inbox_size = s.size, inbox_mtime_ns = s.mtime_ns, inbox_sha256 = s.sha"
+                " FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[]) AS s(id, size, mtime_ns, sha)"
+                " WHERE d.document_id = s.id",
+                (
+                    list(states),
+                    [state.size for state in states.values()],
+                    [state.mtime_ns for state in states.values()],
+                    [state.sha256 for state in states.values()],
+                ),
+            )
+
+    def inbox_rejections(self, inbox: bytes) -> dict[bytes, Rejected]:
+        """{path: why} of the files under `inbox` that are named like documents but are not ones."""
+        prefix = inbox.rstrip(b"/") + b"/"
+        with connect(self.url) as conn:
+            rows = conn.execute(
+                "SELECT path_bytes, size, mtime_ns, reason FROM inbox_rejections"
+                " WHERE substring(path_bytes FROM 1 FOR %s) = %s",
+                (len(prefix), prefix),
+            ).fetchall()
+        return {bytes(path): Rejected(*rest) for path, *rest in rows}
+
+    def record_inbox_rejections(
+        self, rejected: Mapping[bytes, Rejected], cleared: Iterable[bytes] = ()
+    ) -> None:
+        """Remember why these files are not documents (`vision-rag status` shows them) and forget the
+        `cleared` ones (gone from the inbox, or documents now)."""
+        with connect(self.url) as conn, conn.cursor() as cursor:
+            cursor.execute("DELETE FROM inbox_rejections WHERE path_bytes = ANY(%s)", (list(cleared),))
+            cursor.executemany(
+                "INSERT INTO inbox_rejections (path_bytes, source_path, size, mtime_ns, reason)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (path_bytes) DO UPDATE SET size = EXCLUDED.size,"
+                " mtime_ns = EXCLUDED.mtime_ns, reason = EXCLUDED.reason, seen_at = now()",
+                [(path, display_path(path), *why) for path, why in rejected.items()],
+            )
 
     def leave_inbox(self, document_ids: Iterable[str]) -> None:
         """The files are gone from the inbox: drop their state (the `remove_document` run forgets
