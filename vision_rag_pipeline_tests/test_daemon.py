@@ -110,6 +110,11 @@ def sensor_ticks(deployment: Deployment, name: str) -> list[InstigatorTick]:
     return []
 
 
+def tick_log(deployment: Deployment, tick: InstigatorTick) -> list[dict]:
+    """What the tick logged (the UI's tick logs); nothing for a tick that logged nothing."""
+    return list(get_instigation_log_records(deployment.instance, tick.log_key)) if tick.log_key else []
+
+
 def edit_config_and_wait_for_the_daemon_to_load_it(deployment: Deployment, text: str) -> str:
     """Write the config file; return once a version-sensor tick compared with it (its skip reason
     names the settings it compared with). Returns the new settings' short hash."""
@@ -291,7 +296,7 @@ def test_files_that_are_not_documents_are_named_in_the_tick_and_kept_in_the_regi
         return any(
             line in str(record.get("msg", ""))
             for tick in sensor_ticks(deployment, "inbox_sensor")[:10]
-            for record in get_instigation_log_records(deployment.instance, tick.log_key or [])
+            for record in tick_log(deployment, tick)
         )
 
     line = f"skipped {deployment.inbox.resolve()}/empty.pdf: empty file"
@@ -391,7 +396,7 @@ def test_a_cli_without_the_daemons_config_reads_the_home_file_and_both_sides_say
 
     def daemon_said() -> bool:  # the CLI's run is now the last: the daemon's side differs
         for tick in sensor_ticks(deployment, "version_sensor")[:5]:
-            for record in get_instigation_log_records(deployment.instance, tick.log_key or []):
+            for record in tick_log(deployment, tick):
                 message = str(record.get("msg", ""))
                 if str(deployment.config) in message and str(home_config) in message:
                     return True

@@ -71,8 +71,8 @@ def difference(in_effect: ConfigInEffect, used: ConfigUsed | None) -> str | None
     if used.path == str(in_effect.path):
         return (
             f"the config in effect here, {in_effect.describe()}, is not the one the last runs used{where} "
-            f"(settings {used.sha256[:12]}): {used.path} changed since one of the two processes read it; "
-            "processes started before the edit keep the old settings until they restart"
+            f"(settings {used.sha256[:12]}): the file, or the defaults of the code reading it, changed since one "
+            "of the two processes read it; a process keeps the settings it started with until it restarts"
         )
     return (
         f"the config in effect here, {in_effect.describe()}, differs from the one the last runs used{where}, "
