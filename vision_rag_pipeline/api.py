@@ -15,9 +15,10 @@
 A `rag_config` id names the config in effect (`VISION_RAG_CONFIG`, else `$VISION_RAG_HOME/config.yaml`)
 or a file `$VISION_RAG_HOME/configs/<id>.json|yaml`. Requests are validated by pydantic (422 with the
 failing field; every string field is bounded, and NUL bytes or lone surrogates anywhere are
-refused; `detail` is always the list of problems FastAPI's schema says), unknown configs are 404,
-oversized bodies 413 (counted on the stream, so a chunked body without Content-Length is cut off
-too), files that are neither MHTML nor PDF and images that do not decode 415, image queries beyond `MAX_IMAGE_QUERIES` at once
+refused; `detail` is always the list of problems FastAPI's schema says; an image that is not base64
+is one), unknown configs are 404, oversized bodies and media-enrichment requests past
+`limits.requests` 413 (bodies counted on the stream, so a chunked body without Content-Length is cut
+off too), files that are neither MHTML nor PDF and base64 that is no image 415, image queries beyond `MAX_IMAGE_QUERIES` at once
 that waited `IMAGE_QUERY_WAIT_SECONDS` in vain 429, and while the index database is down (it is
 restarted when it is the embedded one) or hangs 503 with Retry-After: every statement of a request is
 bounded by `limits.database.request_timeout_s`. Every error is JSON with a `detail`,
@@ -436,9 +437,10 @@ class _HealthMonitor:
             self._stop.wait(HEALTH_PROBE_SECONDS)
 
     @staticmethod
+    @statement_timeout(HEALTH_PROBE_TIMEOUT_SECONDS)  # the lexical index's ledger asks the database too
     def _probe() -> HealthResponse | HealthProblem:
         try:
-            with statement_timeout(HEALTH_PROBE_TIMEOUT_SECONDS), connect() as conn:
+            with connect() as conn:
                 conn.execute("SELECT 1")
         except Exception as exc:  # whatever it is, /health says it and the monitor goes on
             return HealthProblem(

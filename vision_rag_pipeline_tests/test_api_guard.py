@@ -317,7 +317,7 @@ def test_deep_images_are_decoded_at_8_bits_and_a_request_past_its_budget_is_413(
     }
     status, body = call(enrich, nine, headers=AUTH)
     assert status == 413 and "(limits.requests.max_pixels)" in body["detail"], body
-    two = {**nine, "images": nine["images"][:2]}  # 79 megapixels, 1.1 GB to decode and read
+    two = {**nine, "images": nine["images"][:2]}  # 79 megapixels, about 1.4 GB to decode and read
     status, body = call(enrich, two, headers=AUTH)
     assert status == 413 and "(limits.requests.max_memory_bytes)" in body["detail"], body
     for path, image in (("/search", png16), ("/enrichment-services/media-enrichment", tiff)):

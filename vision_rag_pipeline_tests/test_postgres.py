@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import glob
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
-from vision_rag_pipeline.core.postgres import connect
+from vision_rag_pipeline.core.postgres import DatabaseUnavailable, connect, statement_timeout
 
 
 def _backend(url: str) -> int:
@@ -35,3 +43,83 @@ def test_a_connection_whose_transaction_failed_is_dropped_and_its_writes_rolled_
     assert _backend(pg_url) != failed
     with connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM pool_probe").fetchone()[0] == 0
+
+
+class _FreezableProxy:
+    """A TCP port that relays to the session's Postgres socket until `freeze()`: from then on it
+    passes nothing either way, as a server whose processes are stopped answers nothing."""
+
+    def __init__(self, pg_url: str) -> None:
+        folder = conninfo_to_dict(pg_url)["host"]
+        [self.target] = [
+            path for path in glob.glob(str(Path(folder) / ".s.PGSQL.*")) if not path.endswith(".lock")
+        ]
+        self.frozen = threading.Event()
+        self.held: list[socket.socket] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"postgresql://postgres@127.0.0.1:{self.listener.getsockname()[1]}/postgres"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.listener.accept()
+            if self.frozen.is_set():
+                self.held.append(client)  # accepted, never answered
+                continue
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self.target)
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._relay, args=(source, sink), daemon=True).start()
+
+    def _relay(self, source: socket.socket, sink: socket.socket) -> None:
+        while data := source.recv(65536):
+            while self.frozen.is_set():
+                time.sleep(0.05)
+            sink.sendall(data)
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[_FreezableProxy]:
+    yield _FreezableProxy(pg_url)
+
+
+def _within(seconds: float, action) -> BaseException | None:  # noqa: ANN001 - a callable
+    """What `action` raised, run on a thread that must end within `seconds`."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting on a hung database after {seconds} s"
+    return raised[0] if raised else None
+
+
+def test_a_hung_server_fails_a_statement_within_its_bound_even_on_a_connection_used_for_work(
+    proxy: _FreezableProxy,
+) -> None:
+    """A connection last used for work (bound 600 s) went back to the pool and was handed to the
+    health probe: setting its 2 s bound waited on the hung server under the old one, and /health said
+    ok for as long as the database was stopped."""
+    with connect(proxy.url) as conn:  # work: limits.database.statement_timeout_s
+        conn.execute("SELECT 1")
+    proxy.freeze()
+
+    def probe() -> None:
+        with statement_timeout(1.0), connect(proxy.url) as conn:
+            conn.execute("SELECT 1")
+
+    started = time.monotonic()
+    failure = _within(10, probe)
+    assert isinstance(failure, DatabaseUnavailable) and "no answer within 1.5 s" in str(failure), failure
+    assert time.monotonic() - started < 5
+    failure = _within(15, probe)  # no idle connection left: a new one, which never completes
+    assert isinstance(failure, DatabaseUnavailable) and "no connection within" in str(failure), failure

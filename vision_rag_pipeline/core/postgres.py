@@ -278,20 +278,24 @@ class BoundedConnection(psycopg.Connection):
 
     wait_limit_s: float | None = None
     statement_timeout_s: float | None = None
+    gave_up: DatabaseUnavailable | None = None  # why a wait ended unanswered (what a pipeline's exit hides)
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         limit = timeout if timeout is not None else self.wait_limit_s
         try:
             return super().wait(gen, interval, limit)
         except psycopg.errors._WaitTimeout:  # psycopg's own "wait timeout expired" (an OperationalError)
-            raise DatabaseUnavailable(
+            self.gave_up = DatabaseUnavailable(
                 f"index database unavailable: no answer within {limit:g} s (limits.database)"
-            ) from None
+            )
+            raise self.gave_up from None
 
 
 def _bound(conn: BoundedConnection, seconds: float | None) -> None:
-    """Make `seconds` the connection's statement bound, on the server (a round trip when it changes)
-    and on the client. The connection is idle, outside any transaction."""
+    """Make `seconds` the connection's statement bound, on the client and on the server (a round
+    trip when it changes, itself bounded by the new bound). The connection is idle, outside any
+    transaction."""
+    conn.wait_limit_s = None if seconds is None else seconds + CLIENT_GRACE_SECONDS
     if conn.statement_timeout_s != seconds:
         conn.autocommit = True
         conn.execute(
@@ -299,7 +303,6 @@ def _bound(conn: BoundedConnection, seconds: float | None) -> None:
         )
         conn.autocommit = False
         conn.statement_timeout_s = seconds
-    conn.wait_limit_s = None if seconds is None else seconds + CLIENT_GRACE_SECONDS
 
 
 @contextmanager
@@ -335,10 +338,10 @@ def connect(url: str | None = None) -> Iterator[psycopg.Connection]:
         conn.commit()
     except BaseException as exc:
         conn.close()  # never reuse a connection whose transaction failed half way
-        if isinstance(exc, psycopg.OperationalError) and (
-            conn.broken or isinstance(exc, DatabaseUnavailable)
-        ):
+        if isinstance(exc, psycopg.OperationalError) and (conn.broken or conn.gave_up is not None):
             _forget_idle()  # the server went away or hangs: its other idle connections are no better
+        if conn.gave_up is not None and exc is not conn.gave_up:
+            raise conn.gave_up from None  # e.g. "cannot exit pipeline mode while busy" said instead
         if isinstance(exc, psycopg.errors.DiskFull):
             raise DiskFullError(_data_location(url), str(exc).splitlines()[0]) from exc
         raise
@@ -404,8 +407,13 @@ def _open_recovering(url: str) -> BoundedConnection:
     except psycopg.OperationalError as exc:
         _forget_idle()
         pgdata = _url_owners.get(url)
-        if isinstance(exc, psycopg.errors.ConnectionTimeout | DatabaseUnavailable):  # it hangs
-            raise DatabaseUnavailable(f"index database unavailable: {_first_line(exc)}") from None
+        if isinstance(exc, DatabaseUnavailable):  # it hangs
+            raise
+        if isinstance(exc, psycopg.errors.ConnectionTimeout):
+            raise DatabaseUnavailable(
+                f"index database unavailable: no connection within {database_limits().connect_timeout_s} s "
+                "(limits.database)"
+            ) from None
         if pgdata is None:  # not ours to start: one more try after a moment (a failover, a restart)
             time.sleep(0.5)
             try:

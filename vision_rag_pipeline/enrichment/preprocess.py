@@ -60,8 +60,9 @@ def image_pixel_limit() -> int:
 def image_memory(width: int, height: int, mode: str) -> int:
     """The most memory decoding and reading an image of this size and mode takes: the pixels as
     decoded, the 8-bit RGB copy every reader works on (4 bytes a pixel) and the OCR preparation's
-    working copies (8 more; BENCHMARKS.md "Outages and huge image queries" measures them)."""
-    return width * height * (_MODE_BYTES.get(mode, 4) + 12)
+    working copies (12 more: a 16-bit or float 6300 x 6300 image took 698 MB, BENCHMARKS.md
+    "Outages and huge image queries")."""
+    return width * height * (_MODE_BYTES.get(mode, 4) + 16)
 
 
 def load_image(data: bytes, mime: str, max_pixels: int | None = None) -> Image.Image:
