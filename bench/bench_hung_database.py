@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import statistics
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -28,6 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import psutil
+from served import CLI, serving
 
 
 def _call(url: str, body: dict | None = None, timeout: float = 120) -> int:
@@ -48,28 +44,12 @@ def main() -> None:
     parser.add_argument("--stopped", type=float, default=25.0, help="seconds the database stays stopped")
     parser.add_argument("--clients", type=int, default=2, help="threads sending searches")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="bench_hung_database_"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = os.environ | {"VISION_RAG_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vision_rag_pipeline.cli", "serve", "--port", str(port), "--no-ingest"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
     search = {"query": "revenue", "mode": "vector"}
-    try:
-        deadline = time.monotonic() + 120
-        while _call(f"{url}/health", timeout=5) != 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
+    with serving(prefix="bench_hung_database_") as served:
+        url, home = served.url, served.home
         samples = Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples"
         sample = next(path for path in sorted(samples.iterdir()) if path.suffix == ".pdf")
-        cli = [sys.executable, "-m", "vision_rag_pipeline.cli"]
-        subprocess.run([*cli, "ingest", str(sample)], env=env, capture_output=True, check=True)
+        subprocess.run([*CLI, "ingest", str(sample)], env=served.env, capture_output=True, check=True)
         _call(f"{url}/search", search)
         postmaster = psutil.Process(int((home / "pgdata" / "postmaster.pid").read_text().split()[0]))
         answers: dict[str, list[tuple[float, int, float]]] = defaultdict(list)  # (sent, status, seconds)
@@ -117,12 +97,6 @@ def main() -> None:
             down = "never" if first_503 is None else f"{first_503 - phase['stopped_at']:.1f} s after the stop"
             back = "never" if first_ok is None else f"{first_ok - phase['resumed_at']:.1f} s after SIGCONT"
             print(f"{path} while stopped: {said}; first 503 {down}; 200 again {back}")
-    finally:
-        os.killpg(server.pid, signal.SIGINT)
-        server.wait(timeout=30)
-        subprocess.run(
-            [sys.executable, "-m", "vision_rag_pipeline.cli", "db", "stop"], env=env, capture_output=True
-        )
 
 
 if __name__ == "__main__":

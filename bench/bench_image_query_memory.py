@@ -20,12 +20,6 @@ import argparse
 import base64
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -36,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 from PIL import Image, ImageDraw
+from served import serving
 
 MB = 2**20
 
@@ -95,19 +90,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of concurrent RGB queries, 5 s apart")
     parser.add_argument("--only", nargs="+", help="run only these scenarios")
     args = parser.parse_args()
-    home = args.home or Path(tempfile.mkdtemp(prefix="bench_image_query_"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = os.environ | {"VISION_RAG_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vision_rag_pipeline.cli", "serve", "--port", str(port), "--no-ingest"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
     side = args.side
     small = rgb_png(200)
     scenarios: dict[str, tuple[str, Callable[[], list[dict]], int]] = {  # name: (path, bodies, rounds)
@@ -127,17 +109,11 @@ def main() -> None:
         "enrich-png16": ("/enrichment-services/media-enrichment", lambda: [_enrichment(png16(side))], 1),
         "enrich-float": ("/enrichment-services/media-enrichment", lambda: [_enrichment(float_tiff(side))], 1),
     }
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
+    with serving(args.home, prefix="bench_image_query_") as served:
+        url = served.url
         _post(f"{url}/search", {"query": "revenue"})
         _post(f"{url}/enrichment-services/media-enrichment", _enrichment(small))
-        process = psutil.Process(server.pid)
+        process = psutil.Process(served.process.pid)
         peak, sampling = 0, True
 
         def sample() -> None:
@@ -175,13 +151,6 @@ def main() -> None:
                 )
         sampling = False
         sampler.join()
-    finally:
-        os.killpg(server.pid, signal.SIGINT)
-        server.wait(timeout=30)
-        if args.home is None:  # the embedded Postgres of the home made here
-            subprocess.run(
-                [sys.executable, "-m", "vision_rag_pipeline.cli", "db", "stop"], env=env, capture_output=True
-            )
 
 
 if __name__ == "__main__":
