@@ -12,31 +12,15 @@ said 503, and how soon after SIGCONT both answered 200 again.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
 import psutil
-from served import CLI, serving
-
-
-def _call(url: str, body: dict | None = None, timeout: float = 120) -> int:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data, {"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return -1
+from served import CLI, serving, status_of
 
 
 def main() -> None:
@@ -50,7 +34,7 @@ def main() -> None:
         samples = Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples"
         sample = next(path for path in sorted(samples.iterdir()) if path.suffix == ".pdf")
         subprocess.run([*CLI, "ingest", str(sample)], env=served.env, capture_output=True, check=True)
-        _call(f"{url}/search", search)
+        status_of(f"{url}/search", search)
         postmaster = psutil.Process(int((home / "pgdata" / "postmaster.pid").read_text().split()[0]))
         answers: dict[str, list[tuple[float, int, float]]] = defaultdict(list)  # (sent, status, seconds)
         phase = {"stopped_at": 0.0, "resumed_at": float("inf"), "done": False}
@@ -58,7 +42,7 @@ def main() -> None:
         def send(path: str, body: dict | None, pause: float) -> None:
             while not phase["done"]:
                 sent = time.monotonic()
-                status = _call(f"{url}{path}", body)
+                status = status_of(f"{url}{path}", body)
                 answers[path].append((sent, status, time.monotonic() - sent))
                 time.sleep(pause)
 

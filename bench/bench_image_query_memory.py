@@ -22,32 +22,20 @@ import io
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import psutil
 from PIL import Image, ImageDraw
-from served import serving
+from served import serving, status_of
 
 MB = 2**20
 
 
-def _post(url: str, body: dict, timeout: float = 900) -> int:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
 def _send(url: str, body: dict, answers: list[tuple[int, float]]) -> None:
     started = time.perf_counter()
-    answers.append((_post(url, body), round(time.perf_counter() - started, 1)))
+    answers.append((status_of(url, body), round(time.perf_counter() - started, 1)))
 
 
 def _encoded(image: Image.Image, fmt: str, **options: object) -> str:
@@ -111,8 +99,8 @@ def main() -> None:
     }
     with serving(args.home, prefix="bench_image_query_") as served:
         url = served.url
-        _post(f"{url}/search", {"query": "revenue"})
-        _post(f"{url}/enrichment-services/media-enrichment", _enrichment(small))
+        status_of(f"{url}/search", {"query": "revenue"})
+        status_of(f"{url}/enrichment-services/media-enrichment", _enrichment(small))
         process = psutil.Process(served.process.pid)
         peak, sampling = 0, True
 

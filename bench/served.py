@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,15 +48,25 @@ def serving(home: Path | None = None, prefix: str = "bench_serve_") -> Iterator[
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
+        while status_of(f"{url}/health", timeout=5) != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
         yield Served(url, home, env, process)
     finally:
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)
         if made_here:
             subprocess.run([*CLI, "db", "stop"], env=env, capture_output=True)
+
+
+def status_of(url: str, body: dict | None = None, timeout: float = 900) -> int:
+    """The HTTP status a GET (or, with `body`, a JSON POST) gets, -1 when no answer comes."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return -1
