@@ -25,7 +25,7 @@ from vision_rag_pipeline.indexes import tantivy_index
 from vision_rag_pipeline.indexes.elasticsearch_index import (
     ElasticsearchLexicalIndex,
 )
-from vision_rag_pipeline.indexes.lexical import LandmarkFilter, LexicalDoc, LexicalIndex, LexicalIndexError
+from vision_rag_pipeline.indexes.lexical import LexicalDoc, LexicalIndex, LexicalIndexError
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.tantivy_index import TantivyLexicalIndex, open_tantivy_index
 from vision_rag_pipeline_tests import conftest
@@ -197,15 +197,11 @@ def test_filters_by_document_and_kind(index: LexicalIndex) -> None:
     assert index.search("chart", 10, document_ids=[]) == []
 
 
-def test_landmarks_restrict_a_search_to_the_named_report_page_and_caption(index: LexicalIndex) -> None:
-    """A report series: the same sentence in each quarter's report; landmarks tell them apart."""
+def test_the_header_alone_names_the_documents(index: LexicalIndex) -> None:
+    """A report series: the same sentence in each quarter's report; only the headers tell them apart,
+    and a header-only search scores the headers and nothing else."""
     for quarter in (1, 2):
-        landmarks = Landmarks(
-            page_names=["iv", str(quarter + 10)],
-            references=[f"figure {quarter}"],
-            periods=[f"2025-Q{quarter}", "2025"],
-            header=f"Glimmerfield Solar operations review Q{quarter} 2025",
-        )
+        header = f"Glimmerfield Solar operations review Q{quarter} 2025"
         index.replace_document(
             f"q{quarter}",
             [
@@ -213,30 +209,16 @@ def test_landmarks_restrict_a_search_to_the_named_report_page_and_caption(index:
                     f"q{quarter}:0",
                     f"q{quarter}",
                     "The Gdansk site passed its safety audit.",
-                    landmarks=landmarks,
+                    landmarks=Landmarks(header=header),
                 )
             ],
         )
     index.replace_document("other", [doc("other:0", "other", "The Gdansk site passed its safety audit.")])
-    everywhere = {hit.chunk_id: hit.score for hit in index.search("Gdansk safety audit", 10)}
-    assert set(everywhere) == {"q1:0", "q2:0", "other:0"}
-
-    def found(**given: list[str]) -> list[str]:
-        return sorted(ids(index.search("Gdansk safety audit", 10, landmarks=LandmarkFilter(**given))))
-
-    assert found(periods=["2025-Q1"]) == ["q1:0"]
-    assert found(periods=["2025"]) == ["q1:0", "q2:0"]
-    assert found(page_names=["12"]) == ["q2:0"]
-    assert found(page_names=["iv"]) == ["q1:0", "q2:0"]
-    assert found(references=["figure 1"]) == ["q1:0"]
-    assert found(header_words=["Glimmerfield"]) == ["q1:0", "q2:0"]
-    assert found(header_words=["Glimmerfield"], periods=["2025-Q2"]) == ["q2:0"]
-    assert found(periods=["2024"]) == []
-    # a filter moves no score
-    assert {
-        h.chunk_id: h.score
-        for h in index.search("Gdansk safety audit", 10, landmarks=LandmarkFilter(periods=["2025"]))
-    } == {chunk_id: score for chunk_id, score in everywhere.items() if chunk_id != "other:0"}
+    assert set(ids(index.search("Gdansk safety audit", 10))) == {"q1:0", "q2:0", "other:0"}
+    assert index.search("Gdansk safety audit", 10, header_only=True) == []
+    assert sorted(ids(index.search("Glimmerfield audit", 10, header_only=True))) == ["q1:0", "q2:0"]
+    scores = {hit.chunk_id: hit.score for hit in index.search("Glimmerfield Q2 review", 10, header_only=True)}
+    assert max(scores, key=scores.get) == "q2:0"
 
 
 def test_a_filter_does_not_change_the_ranking(index: LexicalIndex) -> None:

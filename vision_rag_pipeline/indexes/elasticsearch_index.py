@@ -23,7 +23,6 @@ from elasticsearch import Elasticsearch, helpers
 from vision_rag_pipeline.core.config import ElasticsearchSettings
 from vision_rag_pipeline.core.text import fold_homoglyphs
 from vision_rag_pipeline.indexes.lexical import (
-    LandmarkFilter,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,
@@ -204,7 +203,6 @@ class ElasticsearchLexicalIndex:
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
-        landmarks: LandmarkFilter | None = None,
         header_only: bool = False,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == [] or not has_searchable_words(query):
@@ -214,13 +212,6 @@ class ElasticsearchLexicalIndex:
             filters.append({"terms": {"document_id": document_ids}})
         if kinds is not None:
             filters.append({"terms": {"kind": kinds}})
-        if landmarks is not None:
-            filters += [
-                {"terms": {f"landmarks.{name}": values}} for name, values in landmarks.terms().items()
-            ]
-            if landmarks.header_words is not None:
-                words = fold_homoglyphs(" ".join(landmarks.header_words))
-                filters.append({"match": {"landmarks.header": {"query": words, "operator": "or"}}})
 
         def run(client: Elasticsearch) -> list[LexicalHit]:
             # multi_match analyses the text per field and never parses query syntax; the document's

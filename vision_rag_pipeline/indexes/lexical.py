@@ -49,21 +49,6 @@ class LexicalDoc(BaseModel):
         )
 
 
-class LandmarkFilter(BaseModel):
-    """Keep the chunks whose landmarks hold: for every field given, one of its values (page names,
-    references and periods as recorded; header words as the text is analysed)."""
-
-    page_names: list[str] | None = None
-    references: list[str] | None = None
-    periods: list[str] | None = None
-    header_words: list[str] | None = None
-
-    def terms(self) -> dict[str, list[str]]:
-        """{landmark field: values} of the exact-value fields given."""
-        fields = {"page_names": self.page_names, "references": self.references, "periods": self.periods}
-        return {name: values for name, values in fields.items() if values is not None}
-
-
 class LexicalHit(BaseModel):
     chunk_id: str
     document_id: str
@@ -88,7 +73,6 @@ class LexicalIndex(Protocol):
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
-        landmarks: LandmarkFilter | None = None,
         header_only: bool = False,
     ) -> list[LexicalHit]:
         """Best first. User text is never parsed as query syntax; no searchable word -> [].

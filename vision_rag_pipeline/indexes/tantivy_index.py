@@ -41,7 +41,6 @@ from vision_rag_pipeline.core.text import (
     without_chinese_stop_words,
 )
 from vision_rag_pipeline.indexes.lexical import (
-    LandmarkFilter,
     LexicalDoc,
     LexicalHit,
     LexicalIndexError,
@@ -151,12 +150,11 @@ def build_query(
     query: str,
     document_ids: list[str] | None,
     kinds: list[str] | None,
-    landmarks: LandmarkFilter | None = None,
     header_only: bool = False,
 ) -> Query | None:
     """A BM25 query over the English, CJK and Russian fields, each analysed as it was indexed (the
     header field alone with `header_only`), built from terms so no input is syntax; filters
-    (documents, kinds, landmarks) move no score."""
+    (documents, kinds) move no score."""
     query = fold_homoglyphs(query)
     words = _QUERY_ANALYZER.analyze(query)
     analysed: tuple[tuple[str, list[str]], ...] = (("header", words),)
@@ -171,11 +169,6 @@ def build_query(
         return None
     clauses = [(Occur.Must, Query.boolean_query([(Occur.Should, q) for q in should]))]
     filters = [("document_id", document_ids), ("kind", kinds)]
-    if landmarks is not None:
-        filters += list(landmarks.terms().items())
-        if landmarks.header_words is not None:
-            words = fold_homoglyphs(" ".join(landmarks.header_words))
-            filters.append(("header", _unique(_QUERY_ANALYZER.analyze(words))))
     for field, values in filters:
         if values is not None:
             # A filter must not move scores: wrap it in a zero constant score.
@@ -207,12 +200,11 @@ class TantivyLexicalIndex:
         *,
         document_ids: list[str] | None = None,
         kinds: list[str] | None = None,
-        landmarks: LandmarkFilter | None = None,
         header_only: bool = False,
     ) -> list[LexicalHit]:
         if k <= 0 or document_ids == [] or kinds == []:
             return []
-        tv_query = build_query(query, document_ids, kinds, landmarks, header_only)
+        tv_query = build_query(query, document_ids, kinds, header_only)
         if tv_query is None:
             return []
 

@@ -2,9 +2,9 @@
 
 General language patterns only: page and slide numbers ("page 12", "pages 3 and 4", "slides 2 to
 5", "page three"), places in the document ("the cover", "the first page", "the last page", "the
-second last page"), numbered references ("Figure 3", "Fig. 2b", "Table 2-1"), reporting periods
-("Q1 2025", "the third quarter of 2025", "FY2021") and proper names (capitalised or upper-case words
-inside the sentence, such as a company or a place).
+second last page"), numbered references ("Figure 3", "Fig. 2b", "Table 2-1") and reporting periods
+("Q1 2025", "the third quarter of 2025", "FY2021"). Names are left to BM25 over the documents'
+headers, whose IDF weighs them by how few documents they pick out (query/candidates.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.periods import periods
 from vision_rag_pipeline.core.references import mentioned_references
-from vision_rag_pipeline.core.text import FUNCTION_WORDS
 
 Position = Literal["first", "last", "second_last"]
 
@@ -64,8 +63,6 @@ _ORDINAL_REFERENCE = re.compile(
     r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth)\s+(figure|table|chart)\b", re.I
 )
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
-# a word that names something: capitalised inside a sentence, all capitals, or letters and digits mixed
-_NAME = re.compile(r"(?<![.?!:]\s)(?<!^)\b([A-Z][a-zA-Z&'’-]+|[A-Z0-9]{2,}|\d+[A-Za-z]+\w*)\b")
 _ROMAN = re.compile(r"^[ivxlc]+$", re.I)
 
 
@@ -76,7 +73,6 @@ class QuestionPointers(BaseModel):
     positions: list[Position] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)  # "figure 3", "table 2-1"
     periods: list[str] = Field(default_factory=list)  # "2025-Q1", "2025"
-    names: list[str] = Field(default_factory=list)  # "Glimmerfield", "Gdansk", "COSTCO"
 
     @property
     def points_into_document(self) -> bool:
@@ -119,23 +115,6 @@ def positions(question: str) -> list[Position]:
     return found
 
 
-def proper_names(question: str) -> list[str]:
-    """Words that name something: not the sentence's first word, not a function word, not a
-    reference ("Figure", "Table"), not a period ("Q1", "FY2021")."""
-    names = []
-    for match in _NAME.finditer(question):
-        word = re.sub(r"['’]s$", "", match.group(1)).strip("'’-")
-        lowered = word.lower()
-        if word.isdigit():
-            continue
-        if lowered in FUNCTION_WORDS or periods(word) or re.fullmatch(r"q[1-4]|h[12]|fy\d*", lowered):
-            continue
-        if lowered in ("figure", "fig", "table", "page", "pages", "slide", "slides", "chart", "section"):
-            continue
-        names.append(word)
-    return list(dict.fromkeys(names))
-
-
 def analyze(question: str) -> QuestionPointers:
     return QuestionPointers(
         page_names=page_names(question),
@@ -152,5 +131,4 @@ def analyze(question: str) -> QuestionPointers:
             )
         ),
         periods=periods(question),
-        names=proper_names(question),
     )
