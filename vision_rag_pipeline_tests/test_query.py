@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from vision_rag_pipeline.chunks.model import Chunk, Landmarks
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
 from vision_rag_pipeline.core.postgres import connect
+from vision_rag_pipeline.core.text import term_set, terms
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.embeddings.encoder import encode
@@ -456,6 +457,14 @@ def test_an_unreadable_query_image_is_a_clear_error(tmp_path: Path) -> None:
         search(image=bad)
     with pytest.raises(QueryImageError, match="missing.png: cannot read"):
         search(image=tmp_path / "missing.png")
+
+
+@given(
+    st.text(st.characters(codec="utf-8"), max_size=120)
+    | st.sampled_from(["John's April Н-558 营业收入 5.61"])
+)
+def test_the_set_of_a_texts_terms_is_read_as_its_terms_are(text: str) -> None:
+    assert term_set(text) == frozenset(terms(text))
 
 
 def test_a_term_no_candidate_holds_changes_nothing() -> None:

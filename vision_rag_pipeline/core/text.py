@@ -318,6 +318,7 @@ def fold_homoglyphs(text: str) -> str:
 # The query module's one tokenizer: a number whole ("5.61", "10:30", "53,200"), a word with the
 # apostrophes and hyphens inside it ("co-founded"), letters and digits glued ("Q2", "3M") as one.
 _TERM = re.compile(r"\d+(?:[.,:]\d+)*(?![^\W_])|[^\W_]+(?:['’-][^\W_]+)*")
+_MONTH_NAMES = frozenset(ENGLISH_MONTH_ABBREVIATIONS)
 STEM_CHARS = 5
 
 
@@ -334,6 +335,20 @@ def terms(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
         if word not in drop:
             found.append(ENGLISH_MONTH_ABBREVIATIONS.get(word, word))
     return found
+
+
+def term_set(text: str) -> frozenset[str]:
+    """`set(terms(text))`, with set operations in place of a loop over every token: a search compares
+    the question with a few hundred candidate texts."""
+    cjk = bool(CJK_RUN.search(text))
+    bigrams = cjk_bigrams(without_chinese_stop_words(text)) if cjk else []
+    folded = fold_homoglyphs(text)
+    words = {token.lower() for token in set(_TERM.findall(CJK_RUN.sub(" ", folded) if cjk else folded))}
+    if "'" in text or "’" in text:
+        words = {word.removesuffix("'s").removesuffix("’s") for word in words}
+    if months := words & _MONTH_NAMES:
+        words = (words - months) | {ENGLISH_MONTH_ABBREVIATIONS[month] for month in months}
+    return frozenset(words.union(bigrams))
 
 
 def query_terms(text: str) -> list[str]:

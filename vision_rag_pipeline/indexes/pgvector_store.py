@@ -66,6 +66,7 @@ CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embed
     WHERE kind <> 'page';
 CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
     WHERE kind = 'page';
+CREATE INDEX IF NOT EXISTS {chunks}_page_units ON {chunks} (document_id, page) WHERE kind = 'page';
 CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
 """
 
@@ -339,14 +340,16 @@ class PgVectorStore:
                 WHERE c.chunk_id IN (SELECT chunk_id FROM found) AND c.kind <> 'page' AND {where}
                 UNION ALL SELECT c.*, 'chunk' FROM chunks c WHERE c.chunk_id IN (SELECT chunk_id FROM pointed)
                 AND c.kind = 'page'
+            ),
+            units AS (
+                SELECT chunk_id FROM page_nearest
+                UNION SELECT c.chunk_id FROM (SELECT DISTINCT document_id, page FROM rows) AS r
+                JOIN chunks c ON c.document_id = r.document_id AND c.kind = 'page' AND c.page IS NOT DISTINCT FROM r.page
             )
             SELECT {_CHUNK_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
             FROM rows r
             UNION ALL
-            SELECT {_CHUNK_COLUMNS}, embedding, 'page', NULL FROM chunks c WHERE c.kind = 'page' AND (
-                c.chunk_id IN (SELECT chunk_id FROM page_nearest)
-                OR EXISTS (SELECT 1 FROM rows r WHERE r.document_id = c.document_id
-                           AND r.page IS NOT DISTINCT FROM c.page))"""
+            SELECT {_CHUNK_COLUMNS}, embedding, 'page', NULL FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM units)"""
         wanted = [Vector(v) for v in vectors]
         arguments: list[Any] = [wanted, *params, limit]
         arguments += [wanted, *params, list(focus_documents), limit if focus_documents else 0]
@@ -598,6 +601,7 @@ def rebuild_tables(
             ALTER INDEX chunks_new_document_id RENAME TO chunks_document_id;
             ALTER INDEX chunks_new_embedding_hnsw RENAME TO chunks_embedding_hnsw;
             ALTER INDEX chunks_new_page_hnsw RENAME TO chunks_page_hnsw;
+            ALTER INDEX chunks_new_page_units RENAME TO chunks_page_units;
             ALTER INDEX rag_images_new_document_id RENAME TO rag_images_document_id;
             ALTER INDEX chunks_new_pkey RENAME TO chunks_pkey;
             ALTER INDEX rag_images_new_pkey RENAME TO rag_images_pkey;

@@ -15,8 +15,10 @@ from typing import NamedTuple
 import numpy as np
 
 from vision_rag_pipeline.core.periods import period_fit, without_periods
-from vision_rag_pipeline.core.text import query_terms, terms
+from vision_rag_pipeline.core.text import query_terms, term_set
 from vision_rag_pipeline.query.candidates import CandidatePool, query_vectors
+
+TEXT_FEATURES_DEPTH = 60  # candidates whose text is read: the same figures as all of them, out of fold
 
 FEATURES = (
     "cosine",  # the passage's vector against the question's
@@ -44,7 +46,13 @@ class FeatureTable(NamedTuple):
 
 
 def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
-    """The features of every candidate of `pool` (`model` and `precision`: what embeds a query)."""
+    """The features of every candidate of `pool` (`model` and `precision`: what embeds a query).
+
+    In two phases, as a search engine declares rank phases: the retrievers' own signals for every
+    candidate, then the features that read each candidate's text (`terms`, `content_cosine`) for the
+    TEXT_FEATURES_DEPTH candidates the retrievers rank best (reciprocal-rank fusion of the passage's
+    cosine and BM25 and its page's BM25); the others keep 0 there.
+    """
     ids = pool.ids
     table = np.zeros((len(ids), len(FEATURES)))
     if not ids:
@@ -55,10 +63,9 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
     weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(weights), 1 / len(weights))
     column = {name: table[:, i] for i, name in enumerate(FEATURES)}
     question = pool.queries[0][0]
-    texts = texts_of(chunks)
+    matrix = np.stack([pool.embeddings[cid] for cid in ids]) if len(pool.vectors) else None
 
-    if len(pool.vectors):
-        matrix = np.stack([pool.embeddings[cid] for cid in ids])
+    if matrix is not None:
         cosine = _weighted(_cosines(matrix, pool.vectors), weights)
         column["cosine"][:] = cosine
         column["cosine_gap"][:] = cosine - cosine.max()
@@ -67,15 +74,6 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
         if known:
             page_matrix = np.stack([page_vectors[i] for i in known])
             column["page_cosine"][known] = _weighted(_cosines(page_matrix, pool.vectors), weights)
-        # across documents a period the question names is the document's (the `period` feature): a
-        # passage is not the answer for repeating "Q1 2025", as every page of a report's header does
-        asked_text = (
-            without_periods(question) if pool.across_documents and pool.pointers.periods else question
-        )
-        if asked := content_query(asked_text, texts):
-            vector = query_vectors((asked,), model, precision)
-            column["content_cosine"][:] = _cosines(matrix, vector)[:, 0]
-
     for scores in _per_query(pool.chunk_bm25, weights):
         column["bm25"][:] += np.array([scores.get(cid, 0.0) for cid in ids])
     page_scores = _per_query(pool.page_bm25, weights)
@@ -85,13 +83,33 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
     for (doc, _), score in (page_scores[0] if page_scores else {}).items():
         best_page[doc] = max(best_page.get(doc, 0.0), score / weights[0])
     column["document_page"][:] = [best_page.get(doc, 0.0) for doc, _ in pages]
-    column["terms"][:] = term_shares(without_periods(question) if pool.across_documents else question, texts)
     if pool.pointers.periods:
         column["period"][:] = [period_fit(pool.pointers.periods, chunk.landmarks.periods) for chunk in chunks]
     pointed = set(pool.pointed)
     column["pointed"][:] = [cid in pointed for cid in ids]
     column["image"][:] = [chunk.kind == "image" for chunk in chunks]
+
+    read = _first_ranked(column["cosine"], column["bm25"], column["page_bm25"])[:TEXT_FEATURES_DEPTH]
+    held = [term_set(text) for text in texts_of([chunks[i] for i in read])]
+    # across documents a period the question names is the document's (the `period` feature): a passage
+    # is not the answer for repeating "Q1 2025", as every page of a report's header does
+    asked_text = without_periods(question) if pool.across_documents and pool.pointers.periods else question
+    column["terms"][read] = _term_shares(asked_text, held)
+    if matrix is not None and (asked := _content_query(asked_text, held)):
+        vector = query_vectors((asked,), model, precision)
+        column["content_cosine"][read] = _cosines(matrix[read], vector)[:, 0]
     return FeatureTable(ids, table)
+
+
+def _first_ranked(*signals: np.ndarray) -> list[int]:
+    """Candidate indexes, best first, by reciprocal-rank fusion (k = 60) of the signals, each ranking
+    only the candidates it scored above 0."""
+    fused = np.zeros(len(signals[0]))
+    for signal in signals:
+        order = np.argsort(-signal, kind="stable")
+        ranked = order[signal[order] > 0]
+        fused[ranked] += 1.0 / (60 + np.arange(1, len(ranked) + 1))
+    return [int(i) for i in np.argsort(-fused, kind="stable")]
 
 
 def texts_of(chunks: Sequence) -> list[str]:
@@ -126,9 +144,12 @@ def content_query(query: str, candidate_texts: Sequence[str]) -> str:
     them alike; the terms that tell them apart ("help-desk requests") separate them. Empty when
     nothing is left.
     """
-    words = [set(terms(text)) for text in candidate_texts]
+    return _content_query(query, [term_set(text) for text in candidate_texts])
+
+
+def _content_query(query: str, held: Sequence[frozenset[str]]) -> str:
     return " ".join(
-        term for term in query_terms(query) if 2 * sum(term in w for w in words) < max(len(words), 1)
+        term for term in query_terms(query) if 2 * sum(term in w for w in held) < max(len(held), 1)
     )
 
 
@@ -136,11 +157,13 @@ def term_shares(query: str, texts: Sequence[str]) -> np.ndarray:
     """The weighted share of the query's terms each text holds; a term weighs by how few texts hold
     it (inverse document frequency over these candidates), and a term none holds counts for nothing,
     so a stray word ("Tell me ...") changes no order."""
-    held = [set(terms(text)) for text in texts]
-    wanted = query_terms(query)
-    counts = {term: sum(term in have for have in held) for term in wanted}
+    return _term_shares(query, [term_set(text) for text in texts])
+
+
+def _term_shares(query: str, held: Sequence[frozenset[str]]) -> np.ndarray:
+    counts = {term: sum(term in have for have in held) for term in query_terms(query)}
     weight = {term: math.log(1 + len(held) / n) for term, n in counts.items() if n}
     total = sum(weight.values())
     if not total:
-        return np.zeros(len(texts))
+        return np.zeros(len(held))
     return np.array([sum(w for term, w in weight.items() if term in have) / total for have in held])
