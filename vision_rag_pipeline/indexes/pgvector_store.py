@@ -685,10 +685,12 @@ def _chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 
 
 def _chunk_from_row(row: tuple[Any, ...]) -> Chunk:
+    """A stored row as a Chunk, unvalidated: the rows were validated when written (a search reads a
+    few hundred of them, and validating them cost more than the statement that reads them)."""
     (chunk_id, document_id, index, kind, text, page, bbox, char_start, char_end, image, metadata) = row
     metadata = dict(metadata or {})
-    landmarks = Landmarks.model_validate(metadata.pop("landmarks", {}))
-    return Chunk(
+    landmarks = Landmarks.model_construct(**metadata.pop("landmarks", {}))
+    return Chunk.model_construct(
         chunk_id=chunk_id,
         document_id=document_id,
         index=index,
