@@ -293,8 +293,7 @@ class PgVectorStore:
         `limit` rows pass them, so a selective filter does not starve the result. The literal
         `kind <> 'page'` and `kind = 'page'` let each scan use its partial HNSW index.
         """
-        kinds = list(kinds or CONTENT_KINDS)
-        where, params = _filters(document_ids, kinds, metadata, alias="c")
+        where, params = _filters(document_ids, list(kinds or CONTENT_KINDS), metadata, alias="c")
         page_where, page_params = _filters(document_ids, None, None, alias="c")
         pointed_on, pointed_on_params = pointers.condition() if pointers else ("", [])
         pointed_on = pointed_on if len(vectors) else ""
@@ -308,8 +307,8 @@ class PgVectorStore:
                 ) AS ordered
             ) AS scan"""
         # a pointed page whose text no chunk is cited on (a cover of a few words) counts as its page
-        # unit, unless the filters ask for kinds or metadata a page unit does not have
-        pointed_kinds = "" if metadata or kinds != list(CONTENT_KINDS) else " OR c.kind = 'page'"
+        # unit, unless the filters ask for kinds (a page unit is none of them) or metadata
+        pointed_kinds = "" if metadata or kinds is not None else " OR c.kind = 'page'"
         pointed = (
             f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks c"
             f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"

@@ -118,13 +118,13 @@ def gather(
     lexical = open_lexical_index()
     across = document_ids is None or len(document_ids) > 1
     limit = retrieval.candidates
-    kinds = list(kinds or CONTENT_KINDS)
+    content_kinds = list(kinds or CONTENT_KINDS)
     lexical_texts = [text for text, _ in queries] if mode in ("hybrid", "lexical") else []
     if lexical_texts and pointers.periods:
         # the question's periods also as documents write them: "FY2021" finds "2021", "3Q24" "Q3 2024"
         lexical_texts[0] = f"{question} {' '.join(spelled(period) for period in pointers.periods)}"
     chunk_hits = [
-        lexical.search(text, limit, document_ids=document_ids, kinds=kinds) for text in lexical_texts
+        lexical.search(text, limit, document_ids=document_ids, kinds=content_kinds) for text in lexical_texts
     ]
     page_hits = [
         lexical.search(text, PAGE_UNITS, document_ids=document_ids, kinds=["page"]) for text in lexical_texts
@@ -135,7 +135,9 @@ def gather(
             lexical_texts[0], HEADER_UNITS, document_ids=document_ids, kinds=["page"], header_only=True
         )
         focus = list(dict.fromkeys(hit.document_id for hit in headers))[:DOCUMENTS_FOCUSED]
-    focused_hits = lexical.search(lexical_texts[0], limit, document_ids=focus, kinds=kinds) if focus else []
+    focused_hits = (
+        lexical.search(lexical_texts[0], limit, document_ids=focus, kinds=content_kinds) if focus else []
+    )
     vectors = (
         query_vectors(tuple(text for text, _ in queries), embedding.model, embedding.precision)
         if mode in ("hybrid", "vector")
@@ -146,7 +148,7 @@ def gather(
             image_hash,
             NEAR_DUPLICATE_BITS + NEAR_DUPLICATE_MARGIN,
             document_ids=document_ids,
-            kinds=kinds,
+            kinds=content_kinds,
             metadata=metadata,
         )
         if image_hash
