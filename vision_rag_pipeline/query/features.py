@@ -18,8 +18,6 @@ from vision_rag_pipeline.core.periods import period_fit, without_periods
 from vision_rag_pipeline.core.text import query_terms, term_set
 from vision_rag_pipeline.query.candidates import CandidatePool, query_vectors
 
-TEXT_FEATURES_DEPTH = 60  # candidates whose text is read: the same figures as all of them, out of fold
-
 FEATURES = (
     "cosine",  # the passage's vector against the question's
     "cosine_gap",  # that cosine minus the best candidate's
@@ -46,13 +44,7 @@ class FeatureTable(NamedTuple):
 
 
 def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
-    """The features of every candidate of `pool` (`model` and `precision`: what embeds a query).
-
-    In two phases, as a search engine declares rank phases: the retrievers' own signals for every
-    candidate, then the features that read each candidate's text (`terms`, `content_cosine`) for the
-    TEXT_FEATURES_DEPTH candidates the retrievers rank best (reciprocal-rank fusion of the passage's
-    cosine and BM25 and its page's BM25); the others keep 0 there.
-    """
+    """The features of every candidate of `pool` (`model` and `precision`: what embeds a query)."""
     ids = pool.ids
     table = np.zeros((len(ids), len(FEATURES)))
     if not ids:
@@ -89,27 +81,15 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
     column["pointed"][:] = [cid in pointed for cid in ids]
     column["image"][:] = [chunk.kind == "image" for chunk in chunks]
 
-    read = _first_ranked(column["cosine"], column["bm25"], column["page_bm25"])[:TEXT_FEATURES_DEPTH]
-    held = [term_set(text) for text in texts_of([chunks[i] for i in read])]
+    held = [term_set(text) for text in texts_of(chunks)]
     # across documents a period the question names is the document's (the `period` feature): a passage
     # is not the answer for repeating "Q1 2025", as every page of a report's header does
     asked_text = without_periods(question) if pool.across_documents and pool.pointers.periods else question
-    column["terms"][read] = _term_shares(asked_text, held)
+    column["terms"][:] = _term_shares(asked_text, held)
     if matrix is not None and (asked := _content_query(asked_text, held)):
         vector = query_vectors((asked,), model, precision)
-        column["content_cosine"][read] = _cosines(matrix[read], vector)[:, 0]
+        column["content_cosine"][:] = _cosines(matrix, vector)[:, 0]
     return FeatureTable(ids, table)
-
-
-def _first_ranked(*signals: np.ndarray) -> list[int]:
-    """Candidate indexes, best first, by reciprocal-rank fusion (k = 60) of the signals, each ranking
-    only the candidates it scored above 0."""
-    fused = np.zeros(len(signals[0]))
-    for signal in signals:
-        order = np.argsort(-signal, kind="stable")
-        ranked = order[signal[order] > 0]
-        fused[ranked] += 1.0 / (60 + np.arange(1, len(ranked) + 1))
-    return [int(i) for i in np.argsort(-fused, kind="stable")]
 
 
 def texts_of(chunks: Sequence) -> list[str]:
