@@ -7,13 +7,14 @@ Takes every image of the set the classifier sends to enrichment (each distinct p
 of documents, such as bench/evalset_languages.py's, is taken whole) and reads it in one thread as an
 ingest worker does: in the configured OCR languages (default: the config's default, `auto`), each
 image with what its page says around it. Prints the CPU time, Tesseract's share of it by kind of
-read (first, language check, sparse, other layout, rotated, re-read sheets), the images per set of
-languages they were read with, and the words the readings hold: whole words of the embedding
-model's vocabulary (three letters or more) and numbers of two digits or more, a proxy for real text
-that noise from photos rarely hits; "indexed words" counts those of the readings that reach the index (a
-Low reading of a picture does not). With `--against`, the words one set of readings has and the
-other lacks, per image: run the script with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR
-versions on real documents.
+read (first, orientation, language check, sparse, other layout, rotated, re-read sheets), the images
+per set of languages they were read with, and the words the readings hold: whole words of the
+embedding model's vocabulary (three letters or more) and numbers of two digits or more, a proxy for
+real text that noise from photos rarely hits; "indexed words" counts those of the readings that
+reach the index (a Low reading of a picture does not). With `--against`, the words one set of
+readings has and the other lacks, per image, and number by number (two digits or more, as printed:
+"20,843", "74.6%") the numbers of the indexed readings one has and the other lacks: run the script
+with two checkouts (`PYTHONPATH=<checkout>`) to compare OCR versions on real documents.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ from vision_rag_pipeline.enrichment.classifier import classify_images  # noqa: E
 from vision_rag_pipeline.enrichment.preprocess import load_image  # noqa: E402
 
 _TOKEN = re.compile(r"\w+")
+_NUMBER = re.compile(r"\d[\d.,:/%]*\d%?")
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers of a reading as printed, each once: two digits or more."""
+    return {n for n in _NUMBER.findall(text) if sum(c.isdigit() for c in n) >= 2}
 
 
 def enriched_images(documents: list[Path], classify: bool = True) -> dict[str, tuple[object, str, bool]]:
@@ -102,7 +109,12 @@ def main() -> None:
         configured if configured == ocr_languages.AUTO else configured.split(",")
     )
     read_tsv, read_lines, by_kind = ocr.read_tsv, ocr_languages._read_lines, Counter()
+    # (a checkout older than the orientation step has neither: its reads are then never "orientation")
+    read_upright, text_turn = getattr(ocr_languages, "read_upright", None), getattr(ocr, "text_turn", None)
     page: list[object] = []  # the current picture's page image and its first read's psm
+    orienting: list[bool] = []  # set while the image may be turned upright (after its first read)
+    first_reads: list[str] = []  # the current picture's first read, to tell whether it was replaced
+    oriented = Counter()  # images asked which way up they are, and turned
     checking: list[bool] = []  # set while the language check reads its sheet
     checked_languages: list[bool] = []  # set after it, until the page is read again
 
@@ -111,10 +123,14 @@ def main() -> None:
         tsv = read_tsv(gray, psm, languages, **options)
         if checking:
             kind = "language check"
+        elif orienting and page:
+            kind = "orientation"  # the page turned upright, read before it replaces the first
         elif checked_languages and page and gray is page[0] and psm == page[1]:
             kind = "first, in the languages found"  # the first read again, after the check changed them
         else:
             kind = read_kind(gray, psm, page[0]) if page else "first"
+            if not page:
+                first_reads[:] = [tsv]
             page[:] = page or [gray, psm]
         by_kind[kind] += time.process_time() - started
         return tsv
@@ -127,11 +143,31 @@ def main() -> None:
             checking.clear()
             checked_languages[:] = [True]
 
+    def upright(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        orienting.append(True)
+        try:
+            prepared, tsv = read_upright(*args, **kwargs)
+        finally:
+            orienting.clear()
+        oriented["turned"] += bool(first_reads) and tsv is not first_reads[0]
+        page[:] = [prepared.page, prepared.first_psm]  # later reads are of the page it chose
+        return prepared, tsv
+
+    def turn(gray):  # noqa: ANN001, ANN202
+        started = time.process_time()
+        found = text_turn(gray)
+        by_kind["orientation"] += time.process_time() - started
+        oriented["asked"] += 1
+        return found
+
     ocr.read_tsv, ocr_languages.read_tsv, ocr_languages._read_lines = timed, timed, checked
+    if read_upright and text_turn:
+        ocr_languages.read_upright, ocr.text_turn = upright, turn
     readings, read_with, checked, started = {}, Counter(), 0, time.process_time()
     indexed = {}
     for name, (picture, hint, page_image) in pictures.items():
         page.clear()
+        first_reads.clear()
         checked_languages.clear()
         result = ocr_languages.read_image(picture, allowed, hint, picture=not page_image)
         readings[name] = result.text
@@ -147,11 +183,14 @@ def main() -> None:
         "images_checked_for_other_scripts": checked,
         "images_read_with": dict(read_with.most_common()),
         "tesseract_s_by_read": {kind: round(seconds, 1) for kind, seconds in by_kind.most_common()},
+        "images_asked_which_way_up": oriented["asked"],
+        "images_turned_upright": oriented["turned"],
         "words": sum(len(words(text)) for text in readings.values()),
         "indexed_words": sum(len(words(text)) for text in indexed.values()),
     }
     if args.against:
-        other = {name: words(text) for name, text in json.loads(args.against.read_text()).items()}
+        there = json.loads(args.against.read_text())
+        other = {name: words(reading["text"]) for name, reading in there.items()}
         here = {name: words(text) for name, text in readings.items()}
         report["words_only_here"] = {
             n: sorted(w - other.get(n, set())) for n, w in here.items() if w - other.get(n, set())
@@ -159,8 +198,23 @@ def main() -> None:
         report["words_only_there"] = {
             n: sorted(other.get(n, set()) - w) for n, w in here.items() if other.get(n, set()) - w
         }
+        numbers_here = {n: numbers(text) for n, text in indexed.items()}
+        numbers_there = {n: numbers(r["text"]) if r["indexed"] else set() for n, r in there.items()}
+        report["indexed_numbers"] = sum(map(len, numbers_here.values()))
+        report["indexed_numbers_there"] = sum(map(len, numbers_there.values()))
+        report["numbers_only_here"] = {
+            n: sorted(found - numbers_there.get(n, set()))
+            for n, found in numbers_here.items()
+            if found - numbers_there.get(n, set())
+        }
+        report["numbers_only_there"] = {
+            n: sorted(numbers_there.get(n, set()) - found)
+            for n, found in numbers_here.items()
+            if numbers_there.get(n, set()) - found
+        }
     if args.out:
-        args.out.write_text(json.dumps(readings, ensure_ascii=False, indent=1))
+        written = {name: {"text": text, "indexed": bool(indexed[name])} for name, text in readings.items()}
+        args.out.write_text(json.dumps(written, ensure_ascii=False, indent=1))
     print(json.dumps(report, ensure_ascii=False, indent=1))
 
 
