@@ -44,7 +44,7 @@ PINNED_CONFIG = {
 # Pinned: if this changes, every deployed cache entry is silently orphaned. Change it on purpose only
 # (a new enrichment setting legitimately changes it; so does a new OCR_REVISION, LANGUAGE_REVISION or
 # FUSION_REVISION, as it must).
-PINNED_KEY = "intranet-2024-07-22-f939b2bbb6798f6b09f9153ae07bfdeb348c4aea1ffdf4e6cf95d0ef958058a8"
+PINNED_KEY = "intranet-2024-07-22-456be0d617aa47c1e46569e8856153bfe35af9051f30faa8917ca2f45e874afd"
 
 
 def _config(**changes: Any) -> RagConfig:

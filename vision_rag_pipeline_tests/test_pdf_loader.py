@@ -40,6 +40,7 @@ class Picture:
     image: Image.Image
     jpeg: bool = False
     in_form_at: tuple[float, float] | None = None  # draw inside a Form XObject translated by this
+    stored_turned: bool = False  # the raster stored a quarter turn round, drawn upright by its matrix
 
 
 @dataclass
@@ -73,6 +74,8 @@ def write_pdf(pages: list[Page], info: dict[str, str] | None = None, encrypt: bo
             content.append(f"BT /F1 {text.size} Tf {mode} Tr {text.x} {text.y} Td ({escaped}) Tj ET")
         for number, picture in enumerate(page.pictures, start=1):
             rgb = picture.image.convert("RGB")
+            if picture.stored_turned:
+                rgb = rgb.rotate(90, expand=True)  # its top is the stored raster's left column
             if picture.jpeg:
                 buffer = io.BytesIO()
                 rgb.save(buffer, format="JPEG", quality=90)
@@ -86,7 +89,12 @@ def write_pdf(pages: list[Page], info: dict[str, str] | None = None, encrypt: bo
                     data,
                 )
             )
-            draw = f"q {picture.width} 0 0 {picture.height} {picture.x} {picture.y} cm /Im{number} Do Q"
+            matrix = (
+                f"0 {-picture.height} {picture.width} 0 {picture.x} {picture.y + picture.height}"
+                if picture.stored_turned
+                else f"{picture.width} 0 0 {picture.height} {picture.x} {picture.y}"
+            )
+            draw = f"q {matrix} cm /Im{number} Do Q"
             if picture.in_form_at is None:
                 xobjects.append(f"/Im{number} {image} 0 R")
                 content.append(draw)

@@ -194,3 +194,18 @@ def test_a_scan_with_its_own_ocr_layer_is_indexed_from_that_layer(
     assert enrichment.ocr.text == "Freight ledger, port of Kotka: 4471 containers cleared"
     image_chunks = [c for c in result.output_for_node("document_chunks") if c.kind == "image"]
     assert any("4471 containers cleared" in chunk.text for chunk in image_chunks)
+
+
+def test_a_small_table_scan_in_a_pdf_is_found_by_a_name_in_its_last_row(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    """A ruled table pasted into a PDF at 118 dpi (stored a quarter turn round), the page's only
+    content: its page image is OCR'd and a word from its last row finds it."""
+    from vision_rag_pipeline_tests.test_ocr import scanned_table_pdf
+
+    path = scanned_table_pdf(tmp_path / "chunking-results.pdf")
+    _, result = _materialize(instance, path)
+    assert result.success
+    hits = search(text="Chipper", k=3, mode="lexical")
+    assert hits and hits[0].document == str(path)
+    assert "Chipper 20,843" in hits[0].text

@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 # Bump when a change here changes what images read as: the enrichment cache key and the
 # image_enrichments code version include it, so stale readings are recomputed, not served.
-OCR_REVISION = 14
+OCR_REVISION = 15
 HIGH_CONFIDENCE = 85.0
 MEDIUM_CONFIDENCE = 60.0
 MAX_PASSES = 5
@@ -368,20 +368,40 @@ def _is_debris(line: _Line) -> bool:
 def ink_map(rgb: Image.Image, text_height: float | None) -> np.ndarray:
     """How far each pixel departs from its local background, 0-255, over the most telling channel.
 
-    The background is a median over a window wider than any stroke, so it follows coloured bars
-    and dark panels but not letters: white labels inside a dark bar and dark text on a white page
-    both become ink, and red-on-green text does not vanish in a grey conversion. `rgb` may be
-    greyscale (`prepare_page`'s images without colour).
+    The background is a median over a window wider than any stroke (the median of 7x7 blocks'
+    medians, `_block_medians`), so it follows coloured bars and dark panels but not letters: white
+    labels inside a dark bar and dark text on a white page both become ink, and red-on-green text
+    does not vanish in a grey conversion. `rgb` may be greyscale (`prepare_page`'s images without
+    colour).
     """
     window = max(24.0, 1.5 * (text_height or 16.0))
     factor = max(2, round(window / 7))
-    small = rgb.resize((max(1, rgb.width // factor), max(1, rgb.height // factor)), Image.Resampling.BOX)
+    small = _block_medians(rgb, factor)
     background = small.filter(ImageFilter.MedianFilter(7)).resize(rgb.size, Image.Resampling.BILINEAR)
     difference = ImageChops.difference(rgb, background)
     if difference.mode == "L":  # a greyscale image: its one channel is the most telling
         return np.asarray(difference)
     red, green, blue = difference.split()
     return np.asarray(ImageChops.lighter(ImageChops.lighter(red, green), blue))
+
+
+def _block_medians(img: Image.Image, factor: int) -> Image.Image:
+    """`img` reduced `factor` times, each pixel the median of its `factor` x `factor` block.
+
+    A median, not a mean: a block of dense text (table rows a line apart, blurred by an upscaled
+    scan) averages to grey, and the window's median of such means took that grey for the page's
+    background, so the paper behind the text became a grey blotch on the ink page. A block's median
+    is its paper wherever letters cover less than half of it.
+    """
+    pixels = np.asarray(img)
+    rows, columns = -(-pixels.shape[0] // factor), -(-pixels.shape[1] // factor)
+    if (rows * factor, columns * factor) != pixels.shape[:2]:  # edge pixels fill the last blocks
+        tail = ((0, rows * factor - pixels.shape[0]), (0, columns * factor - pixels.shape[1]))
+        pixels = np.pad(pixels, tail + ((0, 0),) * (pixels.ndim - 2), mode="edge")
+    blocks = pixels.reshape(rows, factor, columns, factor, *pixels.shape[2:]).swapaxes(1, 2)
+    blocks = blocks.reshape(rows, columns, factor * factor, *pixels.shape[2:])
+    middle = factor * factor // 2
+    return Image.fromarray(np.partition(blocks, middle, axis=2)[:, :, middle], mode=img.mode)
 
 
 def remove_ruling_lines(ink: np.ndarray, text_height: float | None) -> tuple[np.ndarray, int]:
