@@ -558,3 +558,50 @@ def test_the_corpus_table_scan_reads_every_row() -> None:
     assert reading.level == "High"
     assert "Chipper 20,843 260.57 (145.80) 96.20 (57.53)" in reading.text.splitlines()
     assert "[Type]: Table" in chunk
+
+
+@pytest.mark.parametrize("turn", [90, 180, 270])
+def test_a_table_page_turned_any_way_is_set_upright_before_it_is_read(tmp_path: Path, turn: int) -> None:
+    """Upside down, the table's first read is sure of no word and the page is over a megapixel, so
+    no later read turns it (the upside-down read needs a sure word): Tesseract's orientation
+    detection on the ink page tells the turn, and the page turned back is prepared and read anew."""
+    from vision_rag_pipeline.documents.loader import load_document
+    from vision_rag_pipeline.enrichment.preprocess import load_image
+
+    (image,) = load_document(scanned_table_pdf(tmp_path / "table.pdf")).images
+    turned = load_image(image.data, image.mime).rotate(turn, expand=True)
+    assert "Chipper 20,843 260.57 (145.80) 96.20 (57.53)" in ocr_image(turned, ["eng"]).text.splitlines()
+
+
+def test_an_upright_page_read_surely_is_not_asked_which_way_up_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(ocr, "text_turn", lambda page: asked.append(1) or 0)
+    assert "revenue" in ocr_image(_text_image(), ["eng"]).text
+    assert not asked
+
+
+def test_a_wrong_orientation_guess_costs_a_read_not_the_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page turned the way orientation detection says replaces the first only when its read
+    promises half as many characters again: an upright page told it is upside down stays upright."""
+    monkeypatch.setattr(ocr, "ORIENTATION_CHECK_BELOW", 101.0)  # ask for every page
+    monkeypatch.setattr(ocr, "text_turn", lambda page: 180)
+    prepared, _ = ocr.read_upright(_text_image(), ["eng"])
+    assert prepared.page.tobytes() == ocr.prepare_page(_text_image()).page.tobytes()
+    assert {"quarterly", "revenue", "headcount"} <= _words(ocr.read_page(prepared, ["eng"]).text)
+
+
+@pytest.mark.skipif(not ocr._has_osd(), reason="Tesseract's orientation model is not installed")
+def test_a_host_without_the_orientation_model_has_another_fingerprint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It reads turned pages differently, so its readings must not pass for this host's."""
+    upside_down = ocr.prepare_page(_text_image().resize((1600, 1200)).rotate(180)).page
+    assert ocr.text_turn(upside_down) == 180
+    with_model = ocr.traineddata_sha256(("eng",))
+    monkeypatch.setattr(ocr, "_has_osd", lambda: False)
+    ocr.traineddata_sha256.cache_clear()
+    try:
+        assert ocr.traineddata_sha256(("eng",)) != with_model
+        assert ocr.text_turn(upside_down) == 0
+    finally:
+        ocr.traineddata_sha256.cache_clear()

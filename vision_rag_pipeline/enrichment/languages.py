@@ -7,7 +7,8 @@ would be slow and wrong (Russian in the mix turns "Q3" into "ОЗ"), so each ima
 languages of the scripts it holds, found as follows (`read_image`):
 
 1. The first read is made in the base languages (English, or the first listed language's script),
-   as it is made anyway. Words it is sure of are that script.
+   as it is made anyway (of the image turned upright when its text is not: `read_upright`). Words it
+   is sure of are that script.
 2. The image is checked for other scripts only when that reading leaves letters in doubt: when
    the image's own surroundings (alt text, caption, the text around it) are written in another
    allowed script, any doubted line will do; otherwise (no surroundings, or Latin ones) at least
@@ -37,13 +38,12 @@ from vision_rag_pipeline.enrichment.ocr import (
     PreparedPage,
     TsvWord,
     available_languages,
-    first_read,
     letter_count,
     missing_language_error,
     missing_languages,
-    prepare_page,
     read_page,
     read_tsv,
+    read_upright,
     traineddata_sha256,
     tsv_words,
 )
@@ -168,9 +168,8 @@ def read_image(img: Image.Image, languages: list[str], hint: str = "", *, pictur
     scripts it is written in are the likely ones. `picture`: a picture on a page, not a page image
     (`read_page`).
     """
-    prepared = prepare_page(img)
     base = [lang for lang in languages if _script(lang) == _script(languages[0])]
-    tsv = first_read(prepared, base)
+    prepared, tsv = read_upright(img, base, picture=picture)
     chosen = choose_languages(prepared, tsv, base, languages, hint)
     return read_page(prepared, chosen, tsv if chosen == base else None, picture=picture)
 

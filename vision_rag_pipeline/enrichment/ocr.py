@@ -1,14 +1,16 @@
 """Tesseract OCR that keeps the rows plain Tesseract drops.
 
-Plain Tesseract loses the facts that matter most in report images: KPI tables (ruling lines
-wreck its layout analysis), value labels inside coloured bars, light-on-dark dashboards, rotated
-scans, small type. So each image is normalised once (colour-aware, polarity-free ink map with
-ruling lines removed) and read by a few page-segmentation modes; every line any pass reads that
-the others missed is kept. Crooked images are levelled first and blurred ones upscaled and
-sharpened (both lose whole rows otherwise), and every number is read a second time, enlarged, in
-one sheet: at chart sizes Tesseract drops decimal points ("746" for 74.6) more than anything else.
-At most five Tesseract reads per image plus the re-read, each single-threaded: parallelism comes
-from reading several images on threads (the engine releases the GIL while it reads).
+Plain Tesseract loses the facts that matter most in report images: KPI tables (ruling lines wreck
+its layout analysis), value labels inside coloured bars, light-on-dark dashboards, rotated scans,
+small type. So each image is normalised once (colour-aware, polarity-free ink map with ruling lines
+removed) and read by a few page-segmentation modes; every line any pass reads that the others missed
+is kept. Crooked images are levelled first, turned upright when their first read is unsure and
+Tesseract's orientation detection says their text runs another way, and blurred ones upscaled and
+sharpened (all lose whole rows otherwise), and every number is read a second time, enlarged, in one
+sheet: at chart sizes Tesseract drops decimal points ("746" for 74.6) more than anything else. At
+most five Tesseract reads per image plus the re-read (and, for a page asked which way up it is, the
+orientation detection and one read of it turned), each single-threaded: parallelism comes from
+reading several images on threads (the engine releases the GIL while it reads).
 
 Tesseract runs in-process through its C API (tesserocr), each engine keeping its language model
 loaded: starting the `tesseract` binary costs about 145 ms per run here, mostly reloading the model,
@@ -74,6 +76,12 @@ DOT_INK_LEVEL = 160  # of 255 on the ink page: a blurred point is grey, not blac
 # (without it, 10 of 415 generated chart facts read as "43:5" or "535" stay wrong)
 RAISED_DOT_LEVELS = 60
 REREAD_INK_LEVEL = 100  # of 255 on the ink page (0 = surest ink): the grey fringe of a bar is not ink
+# A first read of some words at a mean confidence under this asks which way up the text is
+# (`read_upright`): on the real sets turned text read at 48-70, most upright text at 75 or more.
+ORIENTATION_CHECK_BELOW = 75.0
+OSD_MODEL = "osd"  # Tesseract's orientation and script detection model (Debian: tesseract-ocr-osd)
+OSD_MIN_CONFIDENCE = 1.0  # under this, Tesseract's orientation guess is as often wrong as right
+TURN_MIN_GAIN = 1.5  # the turned page's first read must promise this many times the characters
 
 _CJK_GAP = re.compile(r"(?<=[\u3000-\u9fff\uff00-\uffef]) +(?=[\u3000-\u9fff\uff00-\uffef])")
 _TOKEN = re.compile(r"\w+")
@@ -195,15 +203,25 @@ def _installed_tessdata() -> tuple[str, frozenset[str]]:
 
 @functools.cache
 def traineddata_sha256(languages: tuple[str, ...]) -> str:
-    """sha256 over these languages' traineddata files as this host's Tesseract finds them (`missing:`
-    for one it lacks): hosts whose models differ read differently under the same language names."""
-    directory, installed = _installed_tessdata()
+    """sha256 over these languages' traineddata files and the orientation model (`text_turn`) as this
+    host's Tesseract finds them (`missing` for one it lacks): hosts whose models differ read
+    differently under the same language names."""
+    installed = available_languages() | ({OSD_MODEL} if _has_osd() else set())
     total = hashlib.sha256()
-    for language in languages:
-        path = Path(directory, f"{language}.traineddata")
+    for language in (*languages, OSD_MODEL):
+        path = _model_path(language)
         total.update(f"{language}\n".encode())
         total.update(path.read_bytes() if language in installed and path.is_file() else b"missing")
     return total.hexdigest()
+
+
+def _model_path(name: str) -> Path:
+    return Path(_installed_tessdata()[0], f"{name}.traineddata")
+
+
+@functools.cache
+def _has_osd() -> bool:
+    return bool(_installed_tessdata()[0]) and _model_path(OSD_MODEL).is_file()
 
 
 def available_languages() -> set[str]:
@@ -967,10 +985,65 @@ def first_read(prepared: PreparedPage, languages: list[str]) -> str:
     return read_tsv(prepared.page, prepared.first_psm, languages)
 
 
+def read_upright(
+    img: Image.Image, languages: list[str], *, picture: bool = False
+) -> tuple[PreparedPage, str]:
+    """The image prepared (`prepare_page`) and its first read (`first_read`), turned first when its
+    text does not run upright.
+
+    Text on its side or upside down reads as unsure garbage ("peulejuod jjas" for "self contained"),
+    and a page prepared turned is measured wrong (its text height across the lines). So a first read
+    of some words that is unsure (`ORIENTATION_CHECK_BELOW`) asks Tesseract's orientation detection
+    which way up the text is (`text_turn`, 0.1-0.5 s); the image turned that way is prepared anew and
+    read, and replaces the first when its read promises `TURN_MIN_GAIN` times the characters. A
+    `picture` over a megapixel whose first read is a photo's texture is not asked (1.8 s for the
+    orientation of a 14-megapixel seascape).
+    """
+    prepared = prepare_page(img)
+    tsv = first_read(prepared, languages)
+    first = _Pass("first", 0, _parse_tsv(tsv))
+    if not (_may_be_turned(prepared.page, first, picture) and (turn := text_turn(prepared.page))):
+        return prepared, tsv
+    turned = prepare_page(img.rotate(turn, expand=True))
+    turned_tsv = first_read(turned, languages)
+    if _Pass("turned", 0, _parse_tsv(turned_tsv)).score >= TURN_MIN_GAIN * first.score:
+        return turned, turned_tsv
+    return prepared, tsv
+
+
+def _may_be_turned(page: Image.Image, first: _Pass, picture: bool) -> bool:
+    """Whether a first read is unsure enough to ask which way up the text is, and worth asking."""
+    big = page.width * page.height > SPECULATIVE_READ_MAX_PIXELS
+    return (
+        bool(first.words)
+        and first.mean_conf < ORIENTATION_CHECK_BELOW
+        and not (picture and big and _reads_as_texture(first))
+    )
+
+
+def text_turn(page: Image.Image) -> int:
+    """Degrees counter-clockwise (as `Image.rotate` takes them) that set the page's text upright, by
+    Tesseract's orientation detection on the ink page; 0 when it is unsure, finds too little text to
+    tell, or this host has no orientation model."""
+    if not _has_osd():
+        return 0
+    with _engine([OSD_MODEL]) as engine:
+        engine.SetPageSegMode(tesserocr.PSM.OSD_ONLY)
+        engine.SetImage(page)
+        try:
+            found = engine.DetectOrientationScript()
+        except RuntimeError:  # too few characters to tell
+            return 0
+    if not found or found["orient_conf"] < OSD_MIN_CONFIDENCE:
+        return 0
+    return int(found["orient_deg"]) % 360
+
+
 def ocr_image(img: Image.Image, languages: list[str]) -> OcrResult:
-    """Read every line of text in the image in these languages (`read_page`)."""
+    """Read every line of text in the image in these languages (`read_upright`, `read_page`)."""
     langs = usable_languages(languages or ["eng"])
-    return read_page(prepare_page(img), langs)
+    prepared, tsv = read_upright(img, langs)
+    return read_page(prepared, langs, tsv)
 
 
 def read_page(
