@@ -1,0 +1,645 @@
+"""A catalog of N documents and what it costs to keep it: sensor ticks under a real daemon, the asset
+page's partition health, backfill submission, and one more document's ingest.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py build --docs 100000 [--home /tmp/bench_catalog]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py version [--change-config] [--resume]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py health [--rounds 3]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py backfill --seconds 300
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ingest-one [--rounds 3]
+
+`build` is resumable (run it again after an interruption; it continues where it stopped) and makes the
+catalog the way a user's would be made, through the project's own registration path: N small PDFs
+(1,000 per folder) are dropped into the inbox and registered by `inbox_sensor` ticks, called as the
+daemon calls them (their partition requests applied, their cursor carried), then every partition gets
+one materialization of each of the 8 assets. Those are written as runless events, 4,000 per batch,
+with the metadata and tags a real run recorded: one real `vision-rag ingest` of a sample PDF first,
+whose events are the template (code versions in effect, data version = the file's sha256), so a
+tick reads event bodies of a real run's size.
+
+`ticks` starts a real `dagster-daemon` (its code server, sensors in threads as the instance says) on
+the catalog for `--seconds` and reports each sensor's tick durations (Dagster's own tick records: start
+to end, run submission included). `--change-config` edits the config file first (a setting that makes
+every partition's enrichments stale); `--drop N` writes N more files into the inbox first. `version`
+calls `version_sensor` in this process as the daemon does, tick after tick with its cursor, from an
+empty cursor (a new sensor on an existing catalog reads every materialization once) until a tick
+finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the catalog it
+read); with `--change-config` the code location loads an edited config first,
+and the ticks request re-runs (not submitted: this measures the sensor alone). `health`
+times the asset page's partition-health query (the UI's `PartitionHealthQuery`) against a fresh
+`dagster-webserver`: the first answer cold, then warm. `backfill` runs `vision-rag backfill
+--submit` over every partition for `--seconds` and counts the runs its backfills create per minute. `ingest-one` times
+`vision-rag ingest` of one new one-page text PDF (no image: its cost is almost all bookkeeping) into
+the catalog, `--rounds` times: Dagster's run stats (start to end) and the whole command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_operations_review.pdf"
+FILES_PER_FOLDER = 1000
+EVENTS_PER_BATCH = 4000
+
+
+def environment(home: Path) -> dict[str, str]:
+    env = os.environ | {
+        "PYTHONPATH": str(REPO),
+        "VISION_RAG_HOME": str(home),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "VISION_RAG_INBOX": str(home / "inbox"),
+        "VISION_RAG_INBOX_SETTLE_SECONDS": "0",
+    }
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "AZURE_OPENAI_API_KEY",
+        "VISION_RAG_CONFIG",
+        "VISION_RAG_PG_URL",
+    ):
+        env.pop(name, None)
+    return env
+
+
+def progress_file(home: Path) -> Path:
+    return home / "bench_progress.json"
+
+
+def load_progress(home: Path) -> dict:
+    path = progress_file(home)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_progress(home: Path, progress: dict) -> None:
+    partial = progress_file(home).with_suffix(".partial")
+    partial.write_text(json.dumps(progress))
+    os.replace(partial, progress_file(home))
+
+
+def file_path(home: Path, number: int) -> Path:
+    return home / "inbox" / f"batch-{number // FILES_PER_FOLDER:04d}" / f"report-{number:06d}.pdf"
+
+
+def write_files(home: Path, first: int, count: int) -> None:
+    for number in range(first, first + count):
+        path = file_path(home, number)
+        if number % FILES_PER_FOLDER == 0 or number == first:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_bytes(b"%%PDF-1.4\n%% document %d\n%%%%EOF\n" % number)
+
+
+def vision_rag(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", *args], env=env, capture_output=True, text=True
+    )
+
+
+# --- build ------------------------------------------------------------------------------------------------
+
+
+def build(home: Path, docs: int) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    progress = load_progress(home)
+    if progress.get("docs", docs) != docs:
+        sys.exit(f"{home} holds a catalog of {progress['docs']} documents; use another --home")
+    progress["docs"] = docs
+    if not progress.get("files_written"):
+        started = time.perf_counter()
+        write_files(home, 0, docs)
+        progress |= {"files_written": True, "write_files_s": round(time.perf_counter() - started, 1)}
+        save_progress(home, progress)
+    if not progress.get("template"):
+        template = home / "template" / SAMPLE.name
+        template.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE, template)
+        done = vision_rag("ingest", str(template), "--json", env=env)
+        if done.returncode:
+            sys.exit(f"template ingest failed: {done.stderr[-2000:]}")
+        progress["template"] = str(template)
+        save_progress(home, progress)
+    if not progress.get("registered"):
+        progress |= register(home)
+        save_progress(home, progress)
+    materialize(home, progress)
+    print(json.dumps(progress, indent=2))
+
+
+def register(home: Path) -> dict:
+    """inbox_sensor ticks until the inbox is registered; their partition requests applied."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.inbox import inbox_sensor
+    from vision_rag_pipeline.defs.resources import IndexDatabase
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    cursor, seconds, requested = None, [], 0
+    while True:
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"index_db": IndexDatabase()}
+        )
+        started = time.perf_counter()
+        result = inbox_sensor(context)
+        seconds.append(time.perf_counter() - started)
+        cursor = context.cursor
+        if isinstance(result, dg.SkipReason) or not result.run_requests:
+            break
+        requested += len(result.run_requests)
+        for request in result.dynamic_partitions_requests:
+            if isinstance(request, dg.AddDynamicPartitionsRequest):
+                instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        print(f"tick {len(seconds)}: {len(result.run_requests)} files in {seconds[-1]:.1f} s", flush=True)
+    return {
+        "registered": True,
+        "register_ticks": len(seconds),
+        "register_requests": requested,
+        "register_tick_s_max": round(max(seconds), 2),
+        "register_tick_s_median": round(statistics.median(seconds), 2),
+    }
+
+
+def materialize(home: Path, progress: dict) -> None:
+    """One materialization of each asset per partition, as runless events with a real run's metadata."""
+    import dagster as dg
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.instance.utils import RUNLESS_JOB_NAME, RUNLESS_RUN_ID  # a bench may write in bulk
+
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
+
+    instance = dagster_instance()
+    template_id = document_id_for(progress["template"])
+    keys = [dg.AssetKey(name) for name in ASSETS]
+    templates = {
+        key: instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[template_id]), limit=1
+        )
+        .records[0]
+        .asset_materialization
+        for key in keys
+    }
+    partitions = sorted(set(instance.get_dynamic_partitions(documents_partitions.name)) - {template_id})
+    done = progress.get("materialized", 0)
+    registry = DocumentRegistry()
+    started = time.perf_counter()
+    per_batch = EVENTS_PER_BATCH // len(keys)
+    for first in range(done, len(partitions), per_batch):
+        batch = partitions[first : first + per_batch]
+        shas = registry.content_sha256(batch)
+        entries = []
+        for partition in batch:
+            for key in keys:
+                template = templates[key]
+                tags = dict(template.tags or {})
+                if "dagster/data_version" in tags:
+                    tags["dagster/data_version"] = shas.get(partition, tags["dagster/data_version"])
+                materialization = dg.AssetMaterialization(
+                    asset_key=key, partition=partition, metadata=template.metadata, tags=tags
+                )
+                event = DagsterEvent(
+                    event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+                    job_name=RUNLESS_JOB_NAME,
+                    event_specific_data=StepMaterializationData(materialization),
+                )
+                entries.append(
+                    EventLogEntry(
+                        user_message="",
+                        level=20,
+                        job_name=RUNLESS_JOB_NAME,
+                        run_id=RUNLESS_RUN_ID,
+                        error_info=None,
+                        timestamp=time.time(),
+                        dagster_event=event,
+                    )
+                )
+        instance.event_log_storage.store_event_batch(entries)
+        progress["materialized"] = first + len(batch)
+        save_progress(home, progress)
+        rate = (progress["materialized"] - done) / (time.perf_counter() - started)
+        print(
+            f"materialized {progress['materialized']} of {len(partitions)} ({rate:.0f} partitions/s)",
+            flush=True,
+        )
+
+
+ASSETS = (
+    "raw_documents",
+    "extracted_images",
+    "image_verdicts",
+    "image_enrichments",
+    "document_chunks",
+    "chunk_embeddings",
+    "pgvector_index",
+    "lexical_index",
+)
+
+
+# --- a real daemon ----------------------------------------------------------------------------------------
+
+
+class Daemon:
+    """`dagster-daemon run` on the catalog, in its own process group (stopped with what it started)."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.log = (home / "daemon.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dagster-daemon"),
+                "run",
+                "-m",
+                "vision_rag_pipeline.definitions",
+            ],
+            cwd=home,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
+
+
+def sensor_ticks(instance, since: float) -> dict[str, list]:  # noqa: ANN001
+    ticks = {}
+    for state in instance.all_instigator_state():
+        found = instance.get_ticks(state.instigator_origin_id, state.selector_id, after=since)
+        ticks[state.instigator_name] = [t for t in found if t.end_timestamp]
+    return ticks
+
+
+def tick_report(ticks: list) -> dict:  # noqa: ANN001
+    seconds = sorted(t.end_timestamp - t.timestamp for t in ticks)
+    if not seconds:
+        return {"ticks": 0}
+    return {
+        "ticks": len(seconds),
+        "median_s": round(statistics.median(seconds), 2),
+        "max_s": round(seconds[-1], 2),
+        "failed": sum(1 for t in ticks if t.status.value == "FAILURE"),
+        "runs_requested": sum(len(t.run_ids) for t in ticks),
+        "last_skip": next((t.skip_reason for t in ticks if t.skip_reason), None),
+    }
+
+
+def adopt_version_cursor(home: Path, env: dict[str, str], instance) -> None:  # noqa: ANN001
+    """Hand the cursor `version` left (the catalog it read, where it stopped) to the daemon's
+    version_sensor once, through Dagster's `dagster sensor cursor --set`, so its ticks start where
+    that catch-up ended instead of reading 800,000 materializations again. `cursor --set` on a sensor
+    with no stored state stores it stopped, so `sensor start` follows (it keeps the cursor)."""
+    saved = home / "version_cursor.json"
+    if not saved.exists() or not saved.read_text():
+        return
+    for command in (("cursor", "version_sensor", "--set", saved.read_text()), ("start", "version_sensor")):
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dagster"),
+                *("sensor", *command, "-m", "vision_rag_pipeline.definitions"),
+            ],
+            env=env,
+            cwd=home,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            sys.exit(f"dagster sensor {command[0]} failed: {done.stderr[-1000:]}")
+    saved.rename(saved.with_suffix(".adopted"))
+
+
+def run_daemon(home: Path, seconds: float, change_config: bool, drop: int) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    progress = load_progress(home)
+    if change_config:
+        config = home / "config.yaml"
+        keywords = 6 if "max_keywords: 5" in config.read_text() else 5
+        config.write_text(f"id: default\nmedia_enrichment: {{fusion: {{max_keywords: {keywords}}}}}\n")
+    if drop:
+        first = progress["docs"] + progress.get("dropped", 0)
+        write_files(home, first, drop)
+        progress["dropped"] = progress.get("dropped", 0) + drop
+        save_progress(home, progress)
+    adopt_version_cursor(home, env, instance)
+    since = time.time()
+    load = os.getloadavg()
+    daemon = Daemon(home, env)
+    try:
+        time.sleep(seconds)
+    finally:
+        daemon.stop()
+    ticks = sensor_ticks(instance, since)
+    report = {
+        "seconds": seconds,
+        "change_config": change_config,
+        "drop": drop,
+        "load_average_at_start": [round(x, 2) for x in load],
+        "sensors": {name: tick_report(found) for name, found in ticks.items()},
+        "runs": instance.get_runs_count(),
+    }
+    print(json.dumps(report, indent=2))
+
+
+def version_ticks(home: Path, change_config: bool, resume: bool) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    if change_config:
+        config = home / "config.yaml"
+        keywords = 6 if "max_keywords: 5" in config.read_text() else 5
+        config.write_text(f"id: default\nmedia_enrichment: {{fusion: {{max_keywords: {keywords}}}}}\n")
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.defs.versions import version_sensor
+
+    instance = dagster_instance()
+    saved = [
+        path for path in (home / "version_cursor.json", home / "version_cursor.adopted") if path.exists()
+    ]
+    cursor = max(saved, key=lambda path: path.stat().st_mtime).read_text() if resume and saved else None
+    ticks, settled = [], 0
+    while settled < 6:
+        context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+        started = time.perf_counter()
+        result = version_sensor(context)
+        seconds = time.perf_counter() - started
+        cursor = context.cursor
+        requested = len(result.run_requests or [])
+        reason = result.skip_reason.skip_message if result.skip_reason else ""
+        ticks.append({"s": round(seconds, 2), "requested": requested, "skip": reason[:120]})
+        print(json.dumps(ticks[-1]), flush=True)
+        reading = reason.startswith("reading the materializations")
+        settled = 0 if reading else settled + 1
+        if requested and settled >= 6:
+            break
+    (home / "version_cursor.json").write_text(cursor or "")
+    catch_up = [t["s"] for t in ticks if t["skip"].startswith("reading")]
+    steady = [t["s"] for t in ticks if not t["skip"].startswith("reading")]
+    print(
+        json.dumps(
+            {
+                "catch_up_ticks": len(catch_up),
+                "catch_up_tick_s_max": max(catch_up, default=0),
+                "tick_s_median_after": round(statistics.median(steady), 2),
+                "tick_s_max_after": max(steady),
+                "requested_per_tick": [t["requested"] for t in ticks if not t["skip"].startswith("reading")],
+            },
+            indent=2,
+        )
+    )
+
+
+# --- the asset page ---------------------------------------------------------------------------------------
+
+PARTITION_HEALTH_QUERY = """
+query PartitionHealthQuery($assetKey: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $assetKey) {
+    ... on AssetNode {
+      id
+      partitionKeysByDimension { name type partitionKeys }
+      assetPartitionStatuses {
+        ... on TimePartitionStatuses { ranges { status startTime endTime startKey endKey } }
+        ... on DefaultPartitionStatuses { materializedPartitions materializingPartitions failedPartitions }
+        ... on MultiPartitionStatuses { primaryDimensionName }
+      }
+    }
+  }
+}
+"""
+
+
+def graphql(port: int, query: str, variables: dict) -> tuple[float, int, dict]:
+    body = json.dumps({"query": query, "variables": variables}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", data=body, headers={"Content-Type": "application/json"}
+    )
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as response:
+        raw = response.read()
+    return time.perf_counter() - started, len(raw), json.loads(raw)
+
+
+def health(home: Path, rounds: int, asset: str, port: int = 3311) -> None:
+    env = environment(home)
+    results = []
+    for _ in range(rounds):
+        log = (home / "webserver.log").open("ab")
+        server = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dagster-webserver"),
+                *("-m", "vision_rag_pipeline.definitions", "-p", str(port), "-h", "127.0.0.1"),
+            ],
+            cwd=home,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1)
+            # The code location loads in the background: wait for the asset to be known.
+            while True:
+                _, _, answer = graphql(port, "{ assetNodes { id } }", {})
+                if len(answer.get("data", {}).get("assetNodes") or []) >= len(ASSETS):
+                    break
+                time.sleep(1)
+            variables = {"assetKey": {"path": [asset]}}
+            cold, size, answer = graphql(port, PARTITION_HEALTH_QUERY, variables)
+            node = answer["data"]["assetNodeOrError"]
+            partitions = len(node["partitionKeysByDimension"][0]["partitionKeys"])
+            warm = [graphql(port, PARTITION_HEALTH_QUERY, variables)[0] for _ in range(3)]
+            results.append(
+                {
+                    "cold_s": round(cold, 2),
+                    "warm_s": round(statistics.median(warm), 2),
+                    "mb": round(size / 2**20, 1),
+                    "partitions": partitions,
+                }
+            )
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+            log.close()
+    print(
+        json.dumps(
+            {
+                "asset": asset,
+                "rounds": results,
+                "cold_s_median": statistics.median(r["cold_s"] for r in results),
+            },
+            indent=2,
+        )
+    )
+
+
+# --- backfill submission and one more document ------------------------------------------------------------
+
+
+def backfill(home: Path, seconds: float) -> None:
+    """`vision-rag backfill --submit` over every partition for `seconds` (then stopped): how fast the
+    backfills' runs are created and queued, sampled every 30 s."""
+    env = environment(home)
+    os.environ.update(env)
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    before = instance.get_runs_count()
+    log = (home / "backfill.log").open("ab")
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "backfill", "--submit"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    counts = []
+    begin = time.monotonic()
+    try:
+        while time.monotonic() - begin < seconds and submit.poll() is None:
+            time.sleep(30)
+            counts.append((round(time.monotonic() - begin), instance.get_runs_count() - before))
+    finally:
+        if submit.poll() is None:
+            os.killpg(submit.pid, signal.SIGTERM)
+            submit.wait(timeout=60)
+        log.close()
+    first = next((at for at, count in counts if count), None)
+    created = counts[-1][1] if counts else 0
+    rate = created / ((counts[-1][0] - first + 30) / 60) if first is not None else 0
+    print(
+        json.dumps(
+            {
+                "runs_created": counts,
+                "runs_per_minute": round(rate),
+                "hours_for_100k": round(100_000 / rate / 60, 1) if rate else None,
+            },
+            indent=2,
+        )
+    )
+
+
+def minimal_pdf(text: str) -> bytes:
+    """A one-page PDF holding `text` and no image: its ingest is almost all bookkeeping."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+        b" /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def ingest_one(home: Path, rounds: int) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    walls, runs = [], []
+    for number in range(rounds):
+        document = home / "more" / f"one-more-{time.time_ns()}.pdf"
+        document.parent.mkdir(parents=True, exist_ok=True)
+        document.write_bytes(
+            minimal_pdf(f"Report {number}: revenue rose to {time.time_ns() % 1000} thousand.")
+        )
+        started = time.perf_counter()
+        done = vision_rag("ingest", str(document), "--json", env=env)
+        walls.append(time.perf_counter() - started)
+        if done.returncode:
+            sys.exit(done.stderr[-2000:])
+        [run] = instance.get_runs(limit=1)
+        stats = instance.get_run_stats(run.run_id)
+        runs.append(stats.end_time - stats.start_time)
+    print(
+        json.dumps(
+            {
+                "rounds": rounds,
+                "command_s": [round(w, 2) for w in walls],
+                "command_s_median": round(statistics.median(walls), 2),
+                "run_s": [round(r, 2) for r in runs],
+                "run_s_median": round(statistics.median(runs), 2),
+            },
+            indent=2,
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("build", "ticks", "version", "health", "backfill", "ingest-one"))
+    parser.add_argument("--home", type=Path, default=Path("/tmp/bench_catalog"))
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--change-config", action="store_true")
+    parser.add_argument(
+        "--resume", action="store_true", help="version: start from the cursor the last one left"
+    )
+    parser.add_argument("--drop", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--asset", default="image_enrichments")
+    args = parser.parse_args()
+    args.home = args.home.resolve()
+    args.home.mkdir(parents=True, exist_ok=True)
+    if args.command == "build":
+        build(args.home, args.docs)
+    elif args.command == "ticks":
+        run_daemon(args.home, args.seconds, args.change_config, args.drop)
+    elif args.command == "version":
+        version_ticks(args.home, args.change_config, args.resume)
+    elif args.command == "health":
+        health(args.home, args.rounds, args.asset)
+    elif args.command == "backfill":
+        backfill(args.home, args.seconds)
+    else:
+        ingest_one(args.home, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
