@@ -219,7 +219,7 @@ def up_to_date_partitions(
 
 
 RUNS_PER_TICK = sensor_runs_per_tick(100)
-READ_BUDGET_S = 5.0  # of a tick, for reading new materializations; the rest waits for the next tick
+READ_BUDGET_S = 3.0  # of a tick, for reading new materializations; the rest waits for the next tick
 
 
 @dg.sensor(
