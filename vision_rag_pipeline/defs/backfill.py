@@ -68,10 +68,10 @@ def run_reenrich_backfill(
     return report
 
 
-# Partitions per Dagster backfill. The daemon submits a job backfill's runs 25 at a time and before each
-# 25 reads every run the backfill has made so far: one backfill of 100,000 partitions slows as it goes,
-# chunks of 2,000 keep that read small (BENCHMARKS.md "Catalog of 100,000 documents"). 2,000 keys also
-# keep one `--partitions` argument well under Linux's 128 KiB per argument.
+# Partitions per Dagster backfill. `dagster job backfill` creates and queues a backfill's runs in its own
+# process and records the backfill once all are queued: an interrupted submission leaves at most one
+# chunk's runs without their backfill (about 5 minutes of them at the rate in BENCHMARKS.md "Catalog of
+# 100,000 documents"). 2,000 keys also keep one `--partitions` argument well under Linux's 128 KiB.
 BACKFILL_CHUNK = 2000
 _MAX_ARGUMENT_BYTES = 100_000
 
@@ -87,7 +87,7 @@ def submit_reenrich_backfill(
     filters them together.
 
     Through Dagster's own `dagster job backfill`, which creates and queues each chunk's runs (about
-    N per second, BENCHMARKS.md): a job backfill is listed on the job's page (Jobs →
+    7 a second at 100,000 partitions, BENCHMARKS.md): a job backfill is listed on the job's page (Jobs →
     reenrich → Partitions, "Backfill history") as well as under Runs → Backfills; an asset backfill,
     which Python could only create through private classes, appeared under Runs → Backfills alone.
     Every partition is named by ranges (`--from`/`--to` over the partitions' order), a selection by
