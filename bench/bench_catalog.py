@@ -553,27 +553,14 @@ def backfill(home: Path, seconds: float) -> None:
     )
 
 
-def minimal_pdf(text: str) -> bytes:
+def one_page_pdf(text: str) -> bytes:
     """A one-page PDF holding `text` and no image: its ingest is almost all bookkeeping."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
-        b" /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    from evalset import PdfWriter  # bench/ is on the path
+
+    writer = PdfWriter()
+    writer.new_page()
+    writer.text(72, 72, text)
+    return writer.to_bytes(title="one more document", creation="20261127000000")
 
 
 def ingest_one(home: Path, rounds: int) -> None:
@@ -587,7 +574,7 @@ def ingest_one(home: Path, rounds: int) -> None:
         document = home / "more" / f"one-more-{time.time_ns()}.pdf"
         document.parent.mkdir(parents=True, exist_ok=True)
         document.write_bytes(
-            minimal_pdf(f"Report {number}: revenue rose to {time.time_ns() % 1000} thousand.")
+            one_page_pdf(f"Report {number}: revenue rose to {time.time_ns() % 1000} thousand.")
         )
         started = time.perf_counter()
         done = vision_rag("ingest", str(document), "--json", env=env)
