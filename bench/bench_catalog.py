@@ -142,6 +142,7 @@ def register(home: Path) -> dict:
     """inbox_sensor ticks until the inbox is registered; their partition requests applied."""
     import dagster as dg
 
+    from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.inbox import inbox_sensor
     from vision_rag_pipeline.defs.resources import IndexDatabase
     from vision_rag_pipeline.defs.runner import dagster_instance
@@ -150,7 +151,7 @@ def register(home: Path) -> dict:
     cursor, seconds, requested = None, [], 0
     while True:
         context = dg.build_sensor_context(
-            instance=instance, cursor=cursor, resources={"index_db": IndexDatabase()}
+            instance=instance, cursor=cursor, resources={"index_db": IndexDatabase()}, definitions=defs
         )
         started = time.perf_counter()
         result = inbox_sensor(context)
