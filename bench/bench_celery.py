@@ -163,7 +163,7 @@ def main() -> None:
             check=True,
             capture_output=True,
         )
-        partition = document_id_for(str(args.file))  # registered; its queued run is left alone
+        partition = document_id_for(str(args.file))  # registered and requested (no daemon here runs it)
         (args.out / "in_process.yaml").write_text(IN_PROCESS_CONFIG)
         if args.hold:  # for timing the commands with another tool; SIGINT or SIGTERM tears down
             signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -1,22 +1,23 @@
 """A daemon-launched ingest against the CLI's, on the same new files: one file, and many dropped at once.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_daemon.py [--files 1 20] [--rounds 3] \
-        [--executor default|multiprocess|forkserver|in_process] [--launcher warm|default] \
+        [--executor default|multiprocess|forkserver|in_process] [--max-batch N] \
         [--work /tmp/bench_daemon]
 
 Starts one embedded Postgres with a database per path, and a real `dagster-daemon` (its own code
-server and run workers) watching an inbox, on the project's local instance as `vision-rag` writes
-it. Each round writes N new scanned-style PDFs (a paragraph and a bar chart with random figures, so
-no cache knows them), times `vision-rag ingest` on them (the whole process, into a home where
-Postgres runs and the Dagster instance exists), then moves the same files into the inbox and times
-the daemon's runs from the first run's creation to the last run's end: what the daemon path costs,
-without the sensor's latency (reported apart: drop to first run created).
+server, Dagster's default run launcher: a process per run) watching an inbox, on the project's local
+instance as `vision-rag` writes it. Each round writes N new scanned-style PDFs (a paragraph and a bar
+chart with random figures, so no cache knows them), times `vision-rag ingest` on them (the whole
+process, into a home where Postgres runs and the Dagster instance exists), then moves the same files
+into the inbox: the inbox sensor requests them, the ingest_requests sensor makes runs of batches of
+them. Timed: the daemon's runs from the first run's creation to the last run's end (what the daemon
+path costs), and apart the sensors' latency (drop to first run created) and drop to every file
+recorded ingested (what a user waits).
 
 `--executor default` is the project's code location as users run it; the others load
-bench/daemon_executors.py, the same definitions under another Dagster executor (its runs, of another
-code location, are not given to the warm workers). `--launcher default` replaces the project's warm
-run launcher by Dagster's process per run. A round's ratio is
-daemon / CLI on the same files; the medians of the rounds are printed as JSON at the end.
+bench/daemon_executors.py, the same definitions under another Dagster executor. `--max-batch 1`
+makes one run per document (`VISION_RAG_MAX_BATCH`, as before batches). A round's ratio is daemon /
+CLI on the same files; the medians of the rounds are printed as JSON at the end.
 """
 
 from __future__ import annotations
@@ -88,24 +89,20 @@ def path_env(home: Path, database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def tree_cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds of a process and its descendants, those still running and those it reaped; and
-    of those, the warm run workers' (the daemon's children started by multiprocessing's spawn)."""
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its descendants, those still running and those it reaped."""
     import psutil
 
-    total = workers = 0.0
+    total = 0.0
     try:
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 t = process.cpu_times()
-                cpu = t.user + t.system + t.children_user + t.children_system
-                total += cpu
-                if process.ppid() == pid and "spawn_main" in " ".join(process.cmdline()):
-                    workers += cpu
+                total += t.user + t.system + t.children_user + t.children_system
     except psutil.NoSuchProcess:
         pass
-    return total, workers
+    return total
 
 
 def cli_ingest(files: list[Path], env: dict[str, str]) -> tuple[float, float]:
@@ -133,7 +130,6 @@ class Daemon:
 
     def __init__(self, executor: str, env: dict[str, str], log: Path) -> None:
         import dagster as dg
-        from dagster._core.instance.ref import InstanceRef  # an instance on a given home: no public name
 
         target = (
             ["-m", "vision_rag_pipeline.definitions"]
@@ -143,9 +139,10 @@ class Daemon:
         if executor != "default":
             env = env | {"BENCH_EXECUTOR": executor}
         self.log = log
+        self.database = env["VISION_RAG_PG_URL"]
         # the storages are created here, before the daemon opens them: two processes migrating a new
         # SQLite home at once break it ("table alembic_version already exists")
-        self.instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
+        self.instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
         with log.open("ab") as out:
             self.process = subprocess.Popen(
                 [str(Path(sys.executable).parent / "dagster-daemon"), "run", *target],
@@ -165,47 +162,60 @@ class Daemon:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
+    def states(self, paths: list[str]) -> dict[str, str | None]:
+        import psycopg
+
+        with psycopg.connect(self.database) as conn:
+            rows = conn.execute(
+                "SELECT abs_path, state FROM documents WHERE abs_path = ANY(%s)", (paths,)
+            ).fetchall()
+        return dict(rows)
+
     def ingest(self, files: list[Path], inbox: Path) -> dict[str, float]:
-        """Move the files into the inbox at once; wait for their runs; their timings."""
+        """Move the files into the inbox at once; wait until each is recorded ingested; the timings of
+        the runs the ingest_requests sensor made since."""
         import dagster as dg
 
-        names = {f.name for f in files}
+        moved = [str(inbox / f.name) for f in files]
         for f in files:  # renames inside one file system: each file appears whole
             f.rename(inbox / f.name)
         cpu_before = tree_cpu(self.process.pid)
         dropped = time.time()
         deadline = time.monotonic() + RUN_TIMEOUT
         while True:
-            records = [
-                r
-                for r in self.instance.get_run_records(
-                    dg.RunsFilter(tags={"dagster/sensor_name": "inbox_sensor"})
-                )
-                if Path(r.dagster_run.tags.get("vision_rag/inbox_file", "")).name in names
-            ]
-            failed = [
-                r.dagster_run.run_id for r in records if r.dagster_run.status == dg.DagsterRunStatus.FAILURE
-            ]
-            if failed:
-                sys.exit(f"daemon run(s) failed: {failed}; see {self.log}")
-            if len(records) == len(files) and all(r.end_time for r in records):
+            states = self.states(moved)
+            if "failed" in states.values() or "refused" in states.values():
+                sys.exit(f"a daemon run failed: {states}; see {self.log}")
+            if len(states) == len(files) and set(states.values()) == {"ingested"}:
                 break
             if time.monotonic() > deadline or self.process.poll() is not None:
-                sys.exit(f"daemon runs not finished ({len(records)} of {len(files)} created); see {self.log}")
+                sys.exit(f"daemon runs not finished ({states}); see {self.log}")
             time.sleep(0.5)
-        cpu_after = tree_cpu(self.process.pid)
-        # daemon, code server, warm workers and the run processes the code server reaped
-        cpu, worker_cpu = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
+        ingested = time.time()
+        cpu = tree_cpu(self.process.pid) - cpu_before  # daemon, code server and the run processes it reaped
+        records = [
+            r
+            for r in self.instance.get_run_records(
+                dg.RunsFilter(tags={"dagster/sensor_name": "ingest_requests"}, created_after=_utc(dropped))
+            )
+        ]
         created = min(r.create_timestamp.timestamp() for r in records)
         started = [r.start_time for r in records if r.start_time]
         return {
             "seconds": max(r.end_time for r in records) - created,  # type: ignore[type-var]
             "cpu_seconds": cpu,
-            "warm_worker_cpu_seconds": worker_cpu,  # a worker replaced meanwhile takes its CPU with it
+            "runs": len(records),
             "sensor_latency": created - dropped,
+            "drop_to_ingested": ingested - dropped,
             "first_run_queued_to_started": min(started) - created if started else float("nan"),
             "median_run_start_to_end": statistics.median(r.end_time - r.start_time for r in records),  # type: ignore[operator]
         }
+
+
+def _utc(timestamp: float):
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC)
 
 
 def main() -> None:
@@ -220,12 +230,7 @@ def main() -> None:
     parser.add_argument(
         "--max-runs", type=int, help="concurrency.runs.max_concurrent_runs (default: as written)"
     )
-    parser.add_argument(
-        "--launcher",
-        choices=["warm", "default"],
-        default="warm",
-        help="the instance's run launcher: as written (warm workers), or Dagster's process per run",
-    )
+    parser.add_argument("--max-batch", type=int, help="documents per run at most (default: as the code says)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # the daemon and Postgres are stopped
 
@@ -245,14 +250,13 @@ def main() -> None:
         create_database(admin_url, f"daemon_{suffix}"),
         VISION_RAG_INBOX=str(inbox),
         VISION_RAG_SENSOR_INTERVAL_SECONDS=str(SENSOR_SECONDS),
+        **({"VISION_RAG_MAX_BATCH": str(args.max_batch)} if args.max_batch else {}),
     )
     instance_yaml = Path(daemon_env["DAGSTER_HOME"]) / "dagster.yaml"
     write_local_instance_config(instance_yaml.parent)  # what `vision-rag` writes
     config = yaml.safe_load(instance_yaml.read_text())
     if args.max_runs:
         config["concurrency"]["runs"]["max_concurrent_runs"] = args.max_runs
-    if args.launcher == "default":
-        del config["run_launcher"]
     instance_yaml.write_text(yaml.safe_dump(config))
     daemon = Daemon(args.executor, daemon_env, args.work / "daemon.log")
     results: dict[int, list[dict[str, float]]] = {}
@@ -288,7 +292,7 @@ def main() -> None:
         stop_embedded(args.work / "pgdata")
     summary = {
         "executor": args.executor,
-        "launcher": args.launcher,
+        "max_batch": args.max_batch,
         "max_runs": args.max_runs,
         **{
             f"{count}_files": {
@@ -300,8 +304,9 @@ def main() -> None:
                     "cli_cpu_seconds",
                     "cpu_seconds",
                     "cpu_ratio",
-                    "warm_worker_cpu_seconds",
+                    "runs",
                     "sensor_latency",
+                    "drop_to_ingested",
                     "first_run_queued_to_started",
                     "median_run_start_to_end",
                 )

@@ -1,14 +1,16 @@
 """The HTTP API of the reference architecture (`vision-rag serve`), documented at /docs and /openapi.json.
 
 - `POST /upload`: files into the inbox the sensor watches (`VISION_RAG_INBOX`, default
-  `$VISION_RAG_HOME/inbox`), registered (bytes in the index database) and queued before the answer
-  (202 with each file's document id), then, so it works without the Dagster daemon, ingested by a
-  background worker, retried until ingested or failed with a one-line reason (documents/intake.py;
-  ingestion is idempotent, so the sensor seeing the same file again only re-checks it). A name the
-  inbox would skip (hidden, or not .mhtml/.mht/.pdf) is refused with 415.
-- `GET /documents/{document_id}`: where an upload's ingestion stands (pending, running, ingested,
-  failed with its reason). `GET /health`: 200 when the index database answered the last probe (a
-  thread asks every second), else 503 with the reason; it never waits on the database.
+  `$VISION_RAG_HOME/inbox`), registered (bytes in the index database, recorded as seen by the inbox,
+  which so never ingests them again) and their runs requested before the answer (202 with each
+  file's document id), through the one way in every door takes (defs/intake.py). A Dagster daemon
+  serving the instance runs them; without one, this server does, as `vision-rag ingest` would
+  (defs/runner.py), and takes over runs whose process is gone. A name the inbox would skip (hidden,
+  or not .mhtml/.mht/.pdf) is refused with 415.
+- `GET /documents/{document_id}`: what became of a file (requested, queued, running, ingested,
+  duplicate, failed with its reason), whichever door it came through. `GET /health`: 200 when the
+  index database answered the last probe (a thread asks every second), else 503 with the reason; it
+  never waits on the database.
 - `POST /search`, `POST /chat`: hybrid search and cited answers for a `rag_config` and a query.
 - `POST /enrichment-services/media-enrichment`: the media-enrichment operation on up to 10 images.
 
@@ -79,8 +81,7 @@ from vision_rag_pipeline.core.postgres import (
 from vision_rag_pipeline.core.printable import printable_name
 from vision_rag_pipeline.core.sniff import ImagePayloadError, decode_image_payload, sniff_document_kind
 from vision_rag_pipeline.documents.inbox import DOCUMENT_SUFFIXES
-from vision_rag_pipeline.documents.intake import IngestQueue, IngestStatus
-from vision_rag_pipeline.documents.registry import DocumentRegistry
+from vision_rag_pipeline.documents.registry import DocumentRegistry, Fate
 from vision_rag_pipeline.enrichment.cache import EnrichmentCache
 from vision_rag_pipeline.enrichment.preprocess import MAX_IMAGE_BYTES
 from vision_rag_pipeline.indexes.lexical import LexicalIndexError
@@ -102,7 +103,7 @@ OPEN_PATHS = {"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}  # re
 MAX_IMAGE_QUERIES = 2  # image queries decoded and OCR'd at once (each may hold ~100 MB while it runs)
 IMAGE_QUERY_WAIT_SECONDS = 10.0  # how long an image query waits for a turn before it gets 429
 RETRY_AFTER_SECONDS = 5  # what a 503 (database down) or a 429 (image queries busy) asks clients to wait
-INGEST_POLL_SECONDS = 10.0  # how often the upload worker looks for queued uploads due for an attempt
+RUNNER_POLL_SECONDS = 10.0  # how often the server looks for requested documents to run, without a daemon
 HEALTH_PROBE_SECONDS = 1.0  # how often the health monitor asks the index database
 HEALTH_PROBE_TIMEOUT_SECONDS = 2.0  # how long it waits for the answer before it reports the database down
 # An upload's registration writes its bytes to the index database: its statements may take this
@@ -199,7 +200,9 @@ class ErrorResponse(BaseModel):
 class UploadedDocument(BaseModel):
     name: str  # the file name in the inbox (a second file of the same name gets a suffix)
     document_id: str  # GET /documents/{document_id} tells where its ingestion stands
-    status: str  # "pending" (queued for the server's worker) or "registered" (left to the sensor)
+    # "requested" (its run is asked for), "unchanged" (indexed with these bytes already) or "duplicate"
+    # (the same bytes as another document, indexed once under it)
+    status: str
 
 
 class UploadResponse(BaseModel):
@@ -332,15 +335,16 @@ def unprocessable(message: str, *loc: str | int) -> HTTPException:
     return HTTPException(422, [{"type": "value_error", "loc": ["body", *loc], "msg": message}])
 
 
-class _Ingestor:
-    """The upload worker: ingests queued uploads one run at a time, off the request threads,
-    retrying each until it is ingested or failed for good (documents/intake.py). It also picks up
-    what a server that died left queued or half-run."""
+class _Runner:
+    """Runs requested documents (uploads, and any other door's) in this server when no Dagster daemon
+    serves the instance: the same claim, batches and outcome records as `vision-rag ingest`, on one
+    thread, one run at a time. Each pass first takes over runs whose process is gone (a peer server
+    killed mid-run), so their documents run again."""
 
     def __init__(self) -> None:
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="upload-ingest", daemon=True)
+        self._thread = threading.Thread(target=self._work, name="vision-rag-runner", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -354,50 +358,20 @@ class _Ingestor:
         self._wake.set()
 
     def _work(self) -> None:
-        from vision_rag_pipeline.defs.run_owner import owner_alive, owner_tags
+        from vision_rag_pipeline.defs.intake import daemon_serves
+        from vision_rag_pipeline.defs.runner import dagster_instance, run_requested
 
-        owner = json.dumps(owner_tags(), sort_keys=True)
-        orphans_handed_back = False
-        while not self._stop.is_set():
-            entry = None
-            try:
-                queue = IngestQueue()
-                if not orphans_handed_back:
-                    queue.hand_back_orphans(lambda tags: bool(tags) and owner_alive(json.loads(tags)))
-                    orphans_handed_back = True
-                entry = queue.claim(owner)
-            except Exception as exc:  # the database is down: the queue is still there at the next poll
-                logger.warning("upload queue unavailable (%s); retrying in %.0f s", exc, INGEST_POLL_SECONDS)
-            if entry is None:
-                self._wake.wait(INGEST_POLL_SECONDS)
-                self._wake.clear()
-                continue
-            self._record(entry, self._ingest(entry))
-
-    @staticmethod
-    def _ingest(entry: IngestStatus) -> str | None:
-        """The attempt's one-line error, or None when the document is ingested."""
-        from vision_rag_pipeline.defs import runner
-
-        try:
-            report = runner.ingest_paths([entry.path])
-        except Exception as exc:
-            return f"{entry.name}: {runner.exception_line(exc)}"
-        return report.failed[0].error if report.failed else None
-
-    def _record(self, entry: IngestStatus, error: str | None) -> None:
-        """Record the outcome, waiting out a database outage (the row stays `running` meanwhile,
-        and a restarted server hands it back)."""
         while not self._stop.is_set():
             try:
-                status = IngestQueue().finish(entry.document_id, error)
-            except Exception as exc:
-                logger.warning("cannot record the ingest of %s yet (%s)", entry.name, exc)
-                self._stop.wait(INGEST_POLL_SECONDS)
-                continue
-            if status.status != "ingested":
-                logger.warning("ingest of %s: %s (%s)", entry.name, error, status.status)
-            return
+                instance = dagster_instance()
+                if not daemon_serves(instance):
+                    run_requested(instance, None, workers=1)
+            except Exception as exc:  # the database is down: the requests are still there at the next pass
+                logger.warning(
+                    "cannot run requested documents now (%s); retrying in %.0f s", exc, RUNNER_POLL_SECONDS
+                )
+            self._wake.wait(RUNNER_POLL_SECONDS)
+            self._wake.clear()
 
 
 class _HealthMonitor:
@@ -540,18 +514,18 @@ def _save_upload(upload: UploadFile, inbox: Path) -> tuple[Path, bool]:
 
 def create_app(ingest_on_upload: bool = True) -> FastAPI:
     require_shared_stores()  # a multi-node API without them would answer from this host's own index
-    ingestor = _Ingestor() if ingest_on_upload else None
+    runner = _Runner() if ingest_on_upload else None
     image_slots = _ImageQuerySlots()
     monitor = _HealthMonitor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         monitor.start()
-        if ingestor is not None:
-            ingestor.start()
+        if runner is not None:
+            runner.start()
         yield
-        if ingestor is not None:
-            ingestor.stop()
+        if runner is not None:
+            runner.stop()
         monitor.stop()
 
     app = FastAPI(
@@ -560,7 +534,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         version="1",
         lifespan=lifespan,
     )
-    app.state.ingestor = ingestor
+    app.state.runner = runner
     app.state.image_slots = image_slots
     app.state.health = monitor
     app.add_middleware(_Guard, token=api_token(), request_timeout_s=database_limits().request_timeout_s)
@@ -629,9 +603,12 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
         ],
         rag_config: Annotated[str | None, Form(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = None,
     ) -> UploadResponse:
-        """Each file is in the inbox, its bytes registered in the index database and (unless the
-        server runs with --no-ingest) queued for ingestion before the answer; on any error none of
-        the files this request brought stays behind."""
+        """Each file is in the inbox, its bytes registered in the index database and its run requested
+        before the answer; on any error none of the files this request brought stays behind."""
+        from vision_rag_pipeline.defs.definitions import defs
+        from vision_rag_pipeline.defs.intake import request_files
+        from vision_rag_pipeline.defs.runner import dagster_instance
+
         resolve_config(rag_config)
         inbox = inbox_dir()  # the folder the inbox sensor watches (VISION_RAG_INBOX moves both)
         inbox.mkdir(parents=True, exist_ok=True)
@@ -641,35 +618,34 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
                 saved.append(_save_upload(upload, inbox))
             largest = max(path.stat().st_size for path, _ in saved)
             with statement_timeout(database_limits().request_timeout_s + largest * REGISTER_SECONDS_PER_BYTE):
-                registry = DocumentRegistry()
-                queue = IngestQueue() if ingestor is not None else None
-                accepted = []
-                for path, _ in saved:
-                    document_id = registry.register(path).document_id
-                    status = (
-                        queue.enqueue(document_id, path.name, str(path)).status if queue else "registered"
-                    )
-                    accepted.append(UploadedDocument(name=path.name, document_id=document_id, status=status))
+                arrivals = request_files(
+                    dagster_instance(), [str(path) for path, _ in saved], "upload", defs.resolve_asset_graph()
+                )
         except BaseException:
             for path, created in saved:
                 if created:
                     path.unlink(missing_ok=True)
             raise
-        if ingestor is not None:
-            ingestor.wake()
-        return UploadResponse(documents=accepted)
+        if runner is not None:
+            runner.wake()
+        return UploadResponse(
+            documents=[
+                UploadedDocument(name=path.name, document_id=arrival.document_id, status=arrival.outcome)
+                for (path, _), arrival in zip(saved, arrivals, strict=True)
+            ]
+        )
 
     @app.get(
         "/documents/{document_id}",
-        response_model=IngestStatus,
-        summary="Where an uploaded document's ingestion stands",
+        response_model=Fate,
+        summary="What became of a file: requested, queued, running, ingested, duplicate, or failed with why",
         responses=_errors(401, 403, 404, 503),
     )
-    def document_status(document_id: Annotated[str, PathParameter(max_length=200)]) -> IngestStatus:
-        status = IngestQueue().get(document_id)
-        if status is None:
-            raise HTTPException(404, f"no upload with document id {document_id!r}")
-        return status
+    def document_status(document_id: Annotated[str, PathParameter(max_length=200)]) -> Fate:
+        fates = [fate for fate in DocumentRegistry().fates([document_id]) if fate.document_id == document_id]
+        if not fates:
+            raise HTTPException(404, f"no document with id {document_id!r}")
+        return fates[0]
 
     @app.get(
         "/health",

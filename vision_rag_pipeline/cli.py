@@ -1,4 +1,4 @@
-"""`vision-rag`: ingest, search, ask, enrich, serve, status, backfill, reindex, db, show the config, run the demo.
+"""`vision-rag`: ingest, search, ask, enrich, serve, status, forget, backfill, reindex, db, show the config, run the demo.
 
 Exit codes: 0 success, 1 when any file or request failed (the rest still processed), 2 on
 usage errors, 130 when interrupted (Ctrl-C, SIGTERM). Errors take one line each; `--verbose`
@@ -17,7 +17,10 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from vision_rag_pipeline.documents.registry import Fate
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 DEMO_QUERIES = (  # facts that live only inside the samples' images (see samples/README.md)
@@ -59,21 +62,30 @@ def _print_hits(hits: list[dict]) -> None:
 
 
 def cmd_ingest_submit(args: argparse.Namespace) -> int:
-    """Register the files and queue one run per changed file; print the run ids."""
+    """Request the files for the Dagster daemon (a cluster) and return: its `ingest_requests` sensor
+    turns them into runs. Prints each requested document id."""
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.intake import daemon_serves, request_files
     from vision_rag_pipeline.defs.runner import dagster_instance
-    from vision_rag_pipeline.defs.submit import submit_paths
 
-    report = submit_paths(dagster_instance(), args.paths, force=args.force)
+    instance = dagster_instance()
+    arrivals = request_files(instance, args.paths, "cli", defs.resolve_asset_graph(), force=args.force)
     if args.json:
-        _print_json(report.model_dump())
-    else:
-        for run in report.submitted:
-            print(f"{run.run_id} {run.path} ({run.document_id})")
-        for path in report.unchanged:
-            print(f"unchanged {path}", file=sys.stderr)
-    for failed in report.failed:
-        print(f"FAILED {failed.error}", file=sys.stderr)
-    return 1 if report.failed else 0
+        _print_json([arrival.model_dump() for arrival in arrivals])
+    for arrival in arrivals:
+        if arrival.outcome == "requested" and not args.json:
+            print(f"{arrival.document_id} {arrival.path}")
+        elif arrival.outcome == "refused":
+            print(f"FAILED {arrival.reason}", file=sys.stderr)
+        elif not args.json:
+            print(f"{arrival.outcome} {arrival.path}", file=sys.stderr)
+    if not daemon_serves(instance):
+        print(
+            "vision-rag: no Dagster daemon serves this instance now: the documents wait, requested, until one "
+            "starts (dagster dev, dagster-daemon run) or `vision-rag ingest` runs them here",
+            file=sys.stderr,
+        )
+    return 1 if any(arrival.outcome == "refused" for arrival in arrivals) else 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -91,9 +103,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.model_dump())
     else:
+        said = [f"{report.unchanged} unchanged, not run"] if report.unchanged else []
+        said += [f"{report.duplicates} duplicates of indexed documents"] if report.duplicates else []
         print(
             f"{report.documents} documents"
-            + (f" ({report.unchanged} unchanged, not run)" if report.unchanged else "")
+            + (f" ({'; '.join(said)})" if said else "")
             + f", {report.images} images ({report.images_ignored} ignored, "
             f"{report.images_enriched} enriched, {report.enrichment_calls} enrichment calls, "
             f"{report.cache_hits} cache hits), {report.chunks} chunks in {report.seconds:.1f}s"
@@ -112,7 +126,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print(f"offline fallbacks: {sum(report.fallbacks.values())} ({reasons})")
     if report.interrupted:
         print(
-            f"vision-rag: interrupted with {report.documents} of {len(args.paths)} documents ingested; "
+            f"vision-rag: interrupted with {report.documents} of {len(dict.fromkeys(args.paths))} documents ingested; "
             "run the same command again to finish",
             file=sys.stderr,
         )
@@ -184,51 +198,133 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Where uploads stand (the API's queue): pending, running, ingested, or failed with the reason."""
+    """What became of every file any door was given (CLI, upload, inbox, backfill): counts by state,
+    then each file that failed, was refused or is still on its way, with its one-line reason; or the
+    files named (by path, file name or document id). Exit 1 when one shown failed or was refused."""
     from vision_rag_pipeline.core.printable import escape_unprintable
-    from vision_rag_pipeline.documents.intake import IngestQueue
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
-    entries = IngestQueue().all(args.document_ids or None)
-    if args.json:
-        _print_json([entry.model_dump(mode="json") for entry in entries])
+    registry = DocumentRegistry()
+    if args.files:
+        fates = registry.fates(args.files)
+        if args.json:
+            _print_json([fate.model_dump(mode="json") for fate in fates])
+        elif not fates:
+            print(escape_unprintable(f"nothing registered under {', '.join(args.files)}"))
+        failed = any(fate.state in ("failed", "refused") for fate in fates)
     else:
-        if not entries:
-            asked = escape_unprintable(", ".join(args.document_ids))
-            print("no uploads queued" + (f" under {asked}" if args.document_ids else ""))
-        for entry in entries:  # names and reasons came from outside: one line each, nothing that acts
-            reason = f": {entry.reason}" if entry.reason and entry.status != "ingested" else ""
-            line = (
-                f"{entry.status:8} {entry.name} ({entry.document_id}), {entry.attempts} attempt(s), "
-                f"{entry.updated_at:%Y-%m-%d %H:%M:%S}{reason}"
+        summary = registry.summary()
+        fates = summary.attention
+        if args.json:
+            _print_json(summary.model_dump(mode="json"))
+        else:
+            counts = ", ".join(f"{count} {state}" for state, count in sorted(summary.counts.items()))
+            print(counts or "nothing registered yet")
+        failed = bool(summary.counts.get("failed") or summary.counts.get("refused"))
+    if not args.json:
+        for fate in fates:  # names and reasons came from outside: one line each, nothing that acts
+            print(escape_unprintable(_fate_line(fate)))
+    return 1 if failed else 0
+
+
+def _fate_line(fate: Fate) -> str:
+    """One line per file: state, path, document id, door, attempts, when; then why (or what it duplicates)."""
+    why = f": {fate.reason}" if fate.reason and fate.state != "ingested" else ""
+    if fate.state == "duplicate":
+        why = f": the same bytes as {fate.duplicate_of}, indexed once"
+    return (
+        f"{fate.state or 'registered':9} {fate.path} ({fate.document_id}) via {fate.door or '?'}, "
+        f"{fate.attempts} attempt(s), {fate.updated_at:%Y-%m-%d %H:%M:%S}{why}"
+    )
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    """Drop documents: their partition, chunks, index entries, stored values and registry rows (the
+    `remove_document` job, run here), or a path recorded as a duplicate or refused."""
+    from vision_rag_pipeline.core.config import inbox_dir
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.runner import console_config, dagster_instance
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
+
+    registry = DocumentRegistry()
+    fates = registry.fates(args.files)
+    missing = [name for name in args.files if not any(_names(fate, name) for fate in fates)]
+    for name in missing:
+        print(f"FAILED {name}: nothing registered under this name", file=sys.stderr)
+    instance = dagster_instance()
+    inbox = str(inbox_dir()) + "/"
+    failed = bool(missing)
+    for fate in fates:
+        if fate.state in ("duplicate", "refused"):
+            registry.forget(fate.document_id)
+            print(f"forgot {fate.path} ({fate.state})")
+            continue
+        result = defs.resolve_job_def("remove_document").execute_in_process(
+            instance=instance,
+            run_config={
+                **console_config(args.verbose),
+                "ops": {"remove_document_rows": {"config": {"document_id": fate.document_id}}},
+            },
+            raise_on_error=False,
+        )
+        if not result.success:
+            failed = True
+            print(f"FAILED {fate.path}: could not forget it (run {result.run_id})", file=sys.stderr)
+            continue
+        print(
+            f"forgot {fate.path} ({fate.document_id}): its partition, chunks and index entries (run {result.run_id})"
+        )
+        if str(Path(fate.path).expanduser().resolve()).startswith(inbox):
+            print(
+                f"WARNING {fate.path} is still in the inbox: its sensor ingests it again; delete it there",
+                file=sys.stderr,
             )
-            print(escape_unprintable(line))
-    return 1 if any(entry.status == "failed" for entry in entries) else 0
+    return 1 if failed else 0
+
+
+def _names(fate: Fate, name: str) -> bool:
+    return name in (fate.document_id, fate.path, Path(fate.path).name) or str(
+        Path(name).expanduser().resolve()
+    ) == str(Path(fate.path).expanduser().resolve())
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.defs.backfill import (
-        UnknownPartitionError,
-        run_reenrich_backfill,
-        submit_reenrich_backfill,
-    )
-    from vision_rag_pipeline.defs.definitions import defs
-    from vision_rag_pipeline.defs.runner import dagster_instance
+    """Request `reenrich` runs for the partitions (default: all); run them here, or wait for the
+    daemon when one serves the instance, or (--submit) leave them to it."""
+    from vision_rag_pipeline.defs.backfill import UnknownPartitionError, request_backfill
+    from vision_rag_pipeline.defs.intake import daemon_serves, wait_for_documents
+    from vision_rag_pipeline.defs.runner import dagster_instance, document_counts, run_requested
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
     instance = dagster_instance()
     try:
-        if args.submit:
-            backfill_ids = submit_reenrich_backfill(
-                instance, args.partitions, progress=lambda line: print(line, file=sys.stderr)
-            )
-            print(
-                f"submitted {len(backfill_ids)} backfill(s) ({', '.join(backfill_ids)}); the Dagster daemon runs "
-                "them (UI: Jobs → reenrich → Partitions, under Backfill history; or Runs → Backfills)"
-            )
-            return 0
-        report = run_reenrich_backfill(defs, instance, args.partitions, verbose=args.verbose)
+        partitions = request_backfill(instance, args.partitions)
     except UnknownPartitionError as exc:
         print(f"vision-rag backfill: {exc}", file=sys.stderr)
         return 2
+    if args.submit:
+        print(
+            f"requested {len(partitions)} document(s) for re-enrichment; the Dagster daemon's ingest_requests "
+            "sensor runs them in batches (`vision-rag status` shows where they stand)"
+        )
+        return 0
+    if daemon_serves(instance):
+        wait_for_documents(instance, partitions)
+    elif run_requested(instance, partitions, verbose=args.verbose)[0]:
+        print("vision-rag: interrupted", file=sys.stderr)
+        return 130
+    fates = {fate.document_id: fate for fate in DocumentRegistry().fates(partitions)}
+    counts = document_counts(instance, {key: fate.run_id for key, fate in fates.items() if fate.run_id})
+    report = []
+    for partition in partitions:
+        fate = fates[partition]
+        entry: dict = {"partition": partition, "success": fate.state == "ingested", "run_id": fate.run_id}
+        if entry["success"]:
+            got = counts.get(partition, {})
+            entry |= {key: got.get(key, 0) for key in ("enrichment_calls", "cache_hits", "chunks")}
+        else:
+            entry["error"] = fate.reason or fate.state
+        report.append(entry)
     if args.json:
         _print_json(report)
     else:
@@ -364,8 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument(
         "--submit",
         action="store_true",
-        help="queue one run per changed file for the instance's run coordinator (the daemon, a cluster) "
-        "instead of running them here; prints the run ids",
+        help="request the runs for the Dagster daemon (a cluster) and return without waiting; prints the "
+        "requested document ids",
     )
     ingest.set_defaults(func=cmd_ingest, starts_database=True, compares_config=True)
 
@@ -403,18 +499,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="a non-loopback address needs VISION_RAG_API_TOKEN set"
     )
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--no-ingest", action="store_true", help="leave uploads to the inbox sensor")
+    serve.add_argument(
+        "--no-ingest",
+        action="store_true",
+        help="never run requested documents here: leave them to a Dagster daemon",
+    )
     serve.set_defaults(func=cmd_serve, compares_config=True)
 
     status = sub.add_parser(
         "status",
         parents=[common],
-        help="where uploads to the HTTP API stand: pending, running, ingested or failed with the reason "
-        "(exit 1 when one failed)",
+        help="what became of the files every door was given (CLI, upload, inbox, backfill): requested, "
+        "queued, running, ingested, duplicate, or failed/refused with the reason (exit 1 when one failed)",
     )
-    status.add_argument("document_ids", nargs="*", metavar="DOCUMENT_ID")
+    status.add_argument("files", nargs="*", metavar="FILE", help="paths, file names or document ids")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status, quick_queries=True)
+
+    forget = sub.add_parser(
+        "forget",
+        parents=[common],
+        help="drop documents: their partition, chunks, index entries and registry rows",
+    )
+    forget.add_argument("files", nargs="+", metavar="FILE", help="paths, file names or document ids")
+    forget.set_defaults(func=cmd_forget, starts_database=True)
 
     backfill = sub.add_parser(
         "backfill",
@@ -422,7 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-enrich, re-chunk, re-embed and re-index partitions (after a prompt/model change)",
     )
     backfill.add_argument("--partitions", nargs="+", metavar="KEY", help="document partitions (default: all)")
-    backfill.add_argument("--submit", action="store_true", help="queue a Dagster backfill for the daemon")
+    backfill.add_argument(
+        "--submit",
+        action="store_true",
+        help="request the runs for the Dagster daemon and return without waiting",
+    )
     backfill.add_argument("--json", action="store_true")
     backfill.set_defaults(func=cmd_backfill, compares_config=True)
 
@@ -506,7 +618,7 @@ def _index_database_starting(start: bool, compare_config: bool = False) -> Itera
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from vision_rag_pipeline.defs.runner import exception_line, quiet_library_noise
+    from vision_rag_pipeline.core.terminal import exception_line, quiet_library_noise
 
     quiet_library_noise()
     from vision_rag_pipeline.core.config import ConfigError

@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -20,7 +23,6 @@ import uvicorn
 from fastapi import FastAPI
 
 from vision_rag_pipeline.api import create_app
-from vision_rag_pipeline.defs.runner import IngestReport
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
 
@@ -32,26 +34,10 @@ SAMPLE_MHTML = (
 
 
 @pytest.fixture(scope="module")
-def ingested() -> list[list[str]]:
-    return []
-
-
-@pytest.fixture(scope="module")
-def base_url(corpus, ingested: list[list[str]]) -> Iterator[str]:
-    import vision_rag_pipeline.defs.runner as ingest_module
-
-    real_ingest = ingest_module.ingest_paths
-    done = threading.Event()
-
-    def record(paths: list[str]) -> IngestReport:  # a Dagster run per upload is too slow for a unit test
-        ingested.append(paths)
-        done.set()
-        return IngestReport(documents=len(paths))
-
-    ingest_module.ingest_paths = record
-    with serving(create_app()) as url:
+def base_url(corpus) -> Iterator[str]:
+    """The API over the shared index; it runs no upload (the upload tests below start their own)."""
+    with serving(create_app(ingest_on_upload=False)) as url:
         yield url
-    ingest_module.ingest_paths = real_ingest
 
 
 @contextmanager
@@ -196,40 +182,111 @@ def test_media_enrichment_features_are_the_settings_the_schema_lists(base_url: s
         assert status == 422 and body["detail"][0]["loc"][:2] == ["body", "features"], (features, body)
 
 
-def test_upload_drops_files_in_the_inbox_and_starts_ingestion(
-    base_url: str, ingested: list[list[str]], vision_rag_home: Path
+@pytest.fixture
+def forget_after() -> Iterator[list[str]]:
+    """Document ids a test uploads, forgotten afterwards: the other suites search the samples alone."""
+    from vision_rag_pipeline.cli import main as cli_main
+
+    uploaded: list[str] = []
+    yield uploaded
+    if uploaded:
+        cli_main(["forget", *uploaded])
+
+
+def _unique(data: bytes) -> bytes:
+    """The sample's bytes made a file of their own (the same bytes would be the sample's duplicate)."""
+    return data + f"\r\n<!-- {uuid.uuid4().hex} -->\r\n".encode()
+
+
+def _fate(url: str, document_id: str, until: set[str], timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, fate = call(f"{url}/documents/{document_id}")
+        assert status == 200, fate
+        if fate["state"] in until or time.monotonic() > deadline:
+            return fate
+        time.sleep(0.2)
+
+
+def test_an_upload_is_run_by_the_server_and_never_ingested_again_by_the_inbox(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forget_after: list[str]
 ) -> None:
-    payload, content_type = multipart([(SAMPLE_MHTML.name, SAMPLE_MHTML.read_bytes())], {})
-    status, body = call(f"{base_url}/upload", payload, content_type)
-    assert status == 202
-    [accepted] = body["documents"]
-    inbox_file = vision_rag_home / "inbox" / SAMPLE_MHTML.name
-    assert inbox_file.read_bytes() == SAMPLE_MHTML.read_bytes()
-    # registered before the answer: the bytes are in the index database already
-    assert DocumentRegistry().content(accepted["document_id"]) == SAMPLE_MHTML.read_bytes()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        status, state = call(f"{base_url}/documents/{accepted['document_id']}")
-        if state["status"] == "ingested":
-            break
-        time.sleep(0.05)
-    assert ingested == [[str(inbox_file)]]
-    assert (status, state["status"], state["attempts"]) == (200, "ingested", 1)
-    payload, content_type = multipart([("notes.pdf", b"just text")], {})
-    status, body = call(f"{base_url}/upload", payload, content_type)
-    assert status == 415 and "notes.pdf: not an MHTML web archive or a PDF" in body["detail"]
-    assert not (vision_rag_home / "inbox" / "notes.pdf").exists()
+    """Without a daemon the server runs the upload's requested run itself; the inbox sensor then
+    finds the file known and unchanged; a file no run could ingest is 415 and leaves nothing."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.inbox import inbox_sensor
+    from vision_rag_pipeline.defs.resources import IndexDatabase
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    inbox = tmp_path / "inbox"
+    monkeypatch.setenv("VISION_RAG_INBOX", str(inbox))
+    monkeypatch.setenv("VISION_RAG_INBOX_SETTLE_SECONDS", "0")
+    data = _unique(SAMPLE_MHTML.read_bytes())
+    with serving(create_app()) as url:
+        payload, content_type = multipart([(SAMPLE_MHTML.name, data)], {})
+        status, body = call(f"{url}/upload", payload, content_type)
+        assert status == 202
+        [accepted] = body["documents"]
+        forget_after.append(accepted["document_id"])
+        assert accepted["status"] == "requested"
+        # registered before the answer: the bytes are in the index database already
+        assert DocumentRegistry().content(accepted["document_id"]) == data
+        fate = _fate(url, accepted["document_id"], {"ingested", "failed"})
+        assert (fate["state"], fate["attempts"], fate["door"]) == ("ingested", 1, "upload"), fate
+        assert (inbox / SAMPLE_MHTML.name).read_bytes() == data
+
+        payload, content_type = multipart([("notes.pdf", b"just text")], {})
+        status, body = call(f"{url}/upload", payload, content_type)
+        assert status == 415 and "notes.pdf: not an MHTML web archive or a PDF" in body["detail"]
+        assert not (inbox / "notes.pdf").exists()
+        assert call(f"{url}/documents/nothing-like-it")[0] == 404
+
+    context = dg.build_sensor_context(
+        instance=dagster_instance(), definitions=defs, resources={"index_db": IndexDatabase()}
+    )
+    result = inbox_sensor(context)
+    assert isinstance(result, dg.SkipReason) and result.skip_message.startswith("no change among 1 files"), (
+        "the uploaded file is known to the inbox: not ingested a second time"
+    )
+
+
+def test_an_upload_that_cannot_be_read_fails_with_its_reason_in_the_api_and_the_cli(
+    pg_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    forget_after: list[str],
+) -> None:
+    from vision_rag_pipeline.cli import main as cli_main
+
+    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
+    broken = b"From: <Saved by Blink>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/related; boundary=x\r\n\r\n--x--\r\n"
+    with serving(create_app()) as url:
+        payload, content_type = multipart([("broken.mhtml", broken)], {})
+        status, body = call(f"{url}/upload", payload, content_type)
+        assert status == 202
+        document_id = body["documents"][0]["document_id"]
+        forget_after.append(document_id)
+        fate = _fate(url, document_id, {"ingested", "failed"})
+    assert (fate["state"], fate["attempts"]) == ("failed", 1), "the file's own fault: no second attempt"
+    assert fate["reason"].startswith("broken.mhtml: ") and "\n" not in fate["reason"]
+    capsys.readouterr()
+    assert cli_main(["status", document_id]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("failed    ") and "via upload, 1 attempt(s)" in out and fate["reason"] in out
 
 
 @pytest.mark.parametrize("name", ["report", "ok.txt", " ", "x.pdf;.exe", ".hidden.pdf"])
 def test_upload_names_the_inbox_would_skip_are_415_with_the_reason(
-    base_url: str, vision_rag_home: Path, name: str
+    base_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    before = sorted((vision_rag_home / "inbox").iterdir())
+    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
     payload, content_type = multipart([(name, SAMPLE_MHTML.read_bytes())], {})
     status, body = call(f"{base_url}/upload", payload, content_type)
     assert status == 415 and ("inbox" in body["detail"] or "no file name" in body["detail"]), body
-    assert sorted((vision_rag_home / "inbox").iterdir()) == before, "nothing left where the sensor looks"
+    assert not list((tmp_path / "inbox").iterdir()), "nothing left where the sensor looks"
 
 
 def test_a_huge_query_image_is_read_at_a_bounded_size() -> None:
@@ -268,60 +325,6 @@ def test_image_queries_beyond_the_limit_get_429_with_retry_after(corpus) -> None
         assert status == 200 and body["hits"]
 
 
-def test_an_upload_is_retried_until_ingested_or_failed_with_its_reason(
-    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The database went away mid-ingest once: the upload is retried and ingested. A document that
-    fails every time ends `failed` with the one-line reason, in the status endpoint and the CLI."""
-    import vision_rag_pipeline.api as api_module
-    import vision_rag_pipeline.defs.runner as runner
-    import vision_rag_pipeline.documents.intake as intake
-    from vision_rag_pipeline.cli import main as cli_main
-    from vision_rag_pipeline.defs.runner import FailedFile
-
-    monkeypatch.setenv("VISION_RAG_INBOX", str(tmp_path / "inbox"))
-    monkeypatch.setattr(intake, "RETRY_PAUSE_SECONDS", (0, 0))
-    monkeypatch.setattr(api_module, "INGEST_POLL_SECONDS", 0.1)
-    attempts: dict[str, int] = {}
-
-    def flaky_ingest(paths: list[str]) -> IngestReport:
-        name = Path(paths[0]).name
-        attempts[name] = attempts.get(name, 0) + 1
-        if name == "broken.mhtml" or attempts[name] == 1:
-            reason = (
-                "server closed the connection unexpectedly" if name != "broken.mhtml" else "no <html> part"
-            )
-            return IngestReport(failed=[FailedFile(path=paths[0], error=f"{name}: {reason}")])
-        return IngestReport(documents=1)
-
-    monkeypatch.setattr(runner, "ingest_paths", flaky_ingest)
-    with serving(create_app()) as url:
-        ids = {}
-        for name in ("flaky.mhtml", "broken.mhtml"):
-            payload, content_type = multipart([(name, SAMPLE_MHTML.read_bytes())], {})
-            status, body = call(f"{url}/upload", payload, content_type)
-            assert status == 202 and body["documents"][0]["status"] == "pending"
-            ids[name] = body["documents"][0]["document_id"]
-        deadline = time.monotonic() + 30
-        states: dict[str, dict] = {}
-        while time.monotonic() < deadline:
-            states = {name: call(f"{url}/documents/{doc_id}")[1] for name, doc_id in ids.items()}
-            if {state["status"] for state in states.values()} <= {"ingested", "failed"}:
-                break
-            time.sleep(0.1)
-        assert states["flaky.mhtml"]["status"] == "ingested" and states["flaky.mhtml"]["attempts"] == 2
-        assert states["broken.mhtml"]["status"] == "failed"
-        assert states["broken.mhtml"]["attempts"] == intake.MAX_ATTEMPTS
-        assert states["broken.mhtml"]["reason"] == "broken.mhtml: no <html> part"
-        assert call(f"{url}/documents/nothing-like-it")[0] == 404
-    capsys.readouterr()
-    assert cli_main(["status", ids["broken.mhtml"]]) == 1
-    out = capsys.readouterr().out
-    assert (
-        "failed   broken.mhtml" in out and "3 attempt(s)" in out and out.rstrip().endswith("no <html> part")
-    )
-
-
 def test_the_openapi_spec_documents_every_error_an_operation_answers(base_url: str) -> None:
     """schemathesis (`--checks all`, schemathesis.toml) found 400, 404, 413 and 415 undocumented and
     a 422 whose `detail` was a string where the schema says a list."""
@@ -340,3 +343,78 @@ def test_the_openapi_spec_documents_every_error_an_operation_answers(base_url: s
     status, body = call(f"{base_url}/search", {"query": None})  # valid per field, not as a whole
     assert status == 422 and isinstance(body["detail"], list)
     assert {"loc", "msg", "type"} <= set(body["detail"][0])
+
+
+@pytest.mark.slow
+def test_a_peer_server_takes_over_an_upload_whose_server_was_killed(
+    pg_url: str, tmp_path: Path, forget_after: list[str]
+) -> None:
+    """Two `vision-rag serve` on one home, no daemon: the one running an upload is killed with
+    SIGKILL mid-run; the other marks that run failed and runs the document again, and its two attempts
+    are counted. Uploading the same file again while it runs asks for no second run."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply
+
+    with FakeOpenAI() as endpoint:
+        endpoint.script(Reply(body=chat_reply("A slow description.").body, delay_s=30.0))
+        env = os.environ | {
+            "VISION_RAG_INBOX": str(tmp_path / "inbox"),
+            "OPENAI_BASE_URL": endpoint.base_url,
+            "OPENAI_API_KEY": "vr-test-placeholder-key",
+        }
+        servers = [_serve(env, tmp_path / f"serve-{name}.log") for name in ("a", "b")]
+        try:
+            (first, first_url), (_, second_url) = servers
+            data = _unique(SAMPLE_MHTML.read_bytes())
+            payload, content_type = multipart([(SAMPLE_MHTML.name, data)], {})
+            status, body = call(f"{first_url}/upload", payload, content_type)
+            assert status == 202, body
+            document_id = body["documents"][0]["document_id"]
+            forget_after.append(document_id)
+            deadline = time.monotonic() + 300
+            while not endpoint.requests and time.monotonic() < deadline:  # its run reached enrichment
+                time.sleep(0.2)
+            running = _fate(first_url, document_id, {"running"})
+            assert running["state"] == "running" and endpoint.requests, running
+
+            status, body = call(f"{second_url}/upload", payload, content_type)  # the same file again
+            assert status == 202 and body["documents"][0]["status"] == "requested"
+            assert _fate(second_url, document_id, {"running"})["attempts"] == 1, "no second request"
+
+            first.kill()
+            first.wait(timeout=30)
+            fate = _fate(second_url, document_id, {"ingested", "failed"})
+            assert (fate["state"], fate["attempts"]) == ("ingested", 2), fate
+            killed = dagster_instance().get_run_by_id(running["run_id"])
+            assert killed.status == dg.DagsterRunStatus.FAILURE, "the killed server's run is marked failed"
+        finally:
+            for process, _ in servers:
+                process.kill()
+                process.wait(timeout=30)
+
+
+def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+    """`vision-rag serve` on a free port, once it answers /health."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if call(f"{url}/health")[0] == 200:
+                return process, url
+        except OSError:
+            pass
+        assert process.poll() is None, log.read_text()
+        time.sleep(0.5)
+    process.kill()
+    raise AssertionError(f"serve did not answer: {log.read_text()}")

@@ -352,12 +352,13 @@ HOSTILE_NAMES = {
 
 
 def test_upload_names_are_reduced_to_printable_characters_before_they_are_stored(
-    guarded: str, vision_rag_home: Path
+    guarded: str, vision_rag_home: Path, fresh_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A name `"line1\nFAILED fake.pdf"` made `vision-rag status` print a forged line; ANSI escapes
     and right-to-left marks reached the terminal."""
     from vision_rag_pipeline.documents.registry import DocumentRegistry
 
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)  # requests no other test's runner takes up
     for sent, kept in HOSTILE_NAMES.items():
         payload, content_type = multipart([(sent, b"%PDF-1.4\n%%EOF\n" + sent.encode())], {})
         status, body = call(f"{guarded}/upload", payload, content_type, headers=AUTH)
@@ -369,18 +370,17 @@ def test_upload_names_are_reduced_to_printable_characters_before_they_are_stored
 
 
 def test_status_prints_each_upload_on_one_line_with_its_name_escaped(
-    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Rows stored before names were reduced (or a reason quoting a name) print escaped, one line each."""
-    from vision_rag_pipeline.documents.intake import IngestQueue
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
-    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)  # no other server's worker claims these rows
-    queue = IngestQueue()
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)  # the test's own registry
+    registry = DocumentRegistry()
     ids = []
-    for number, name in enumerate(HOSTILE_NAMES):
-        document_id = f"hostile-name-{number}"
-        queue.enqueue(document_id, name, f"/inbox/{document_id}.pdf")
-        ids.append(document_id)
+    for name in HOSTILE_NAMES:
+        path = tmp_path / name
+        ids.append(registry.refuse(path, "upload", f"{name}: not an MHTML web archive or a PDF").document_id)
     capsys.readouterr()
     main(["status", *ids])
     lines = capsys.readouterr().out.splitlines()

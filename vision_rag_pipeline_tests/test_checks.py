@@ -136,17 +136,18 @@ def test_ingest_runs_the_document_checks_inside_their_assets_and_not_the_orphan_
 def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url):
     chunks = [chunk("doc-a", i, f"text {i}") for i in range(3)]
 
+    # a partitioned asset's value is {partition: the document's value} (defs/partitions.py)
     @dg.asset(name="document_chunks", partitions_def=documents_partitions)
-    def fake_chunks() -> list[Chunk]:
-        return chunks
+    def fake_chunks() -> dict[str, list[Chunk]]:
+        return {"doc-a": chunks}
 
     @dg.asset(name="chunk_embeddings", partitions_def=documents_partitions)
-    def fake_embeddings() -> ChunkEmbeddings:
-        return ChunkEmbeddings(model="test", dim=DIM, vectors=unit_vectors(3))
+    def fake_embeddings() -> dict[str, ChunkEmbeddings]:
+        return {"doc-a": ChunkEmbeddings(model="test", dim=DIM, vectors=unit_vectors(3))}
 
     @dg.asset(name="image_enrichments", partitions_def=documents_partitions)
-    def fake_enrichments() -> EnrichmentBatch:
-        return EnrichmentBatch()
+    def fake_enrichments() -> dict[str, EnrichmentBatch]:
+        return {"doc-a": EnrichmentBatch()}
 
     result = dg.materialize(
         [fake_chunks, fake_embeddings, fake_enrichments, pgvector_index],
@@ -155,6 +156,7 @@ def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url)
         resources={"index_db": IndexDatabase(), "lexical": LexicalIndexResource()},
     )
     [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.partition == "doc-a", "a run of one document records the check for its partition"
     assert evaluation.check_name == PGVECTOR_ROWS_MATCH_CHUNKS.name and evaluation.passed
     assert PgVectorStore(DIM).count("doc-a") == 3
     assert (
@@ -165,6 +167,18 @@ def test_pgvector_row_count_is_checked_against_the_chunk_count(instance, pg_url)
     failed = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, index_rows=2, chunks=3)
     assert not failed.passed and failed.metadata["rows_missing"].value == 1
     PgVectorStore(DIM).delete_document("doc-a")
+
+
+def test_a_batch_passes_a_check_when_every_document_does_and_names_those_that_do_not():
+    """Dagster records one evaluation per check and step: a batch's is the conjunction."""
+    from vision_rag_pipeline.defs.partitions import batch_check
+
+    good = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, index_rows=3, chunks=3)
+    bad = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, index_rows=2, chunks=3)
+    assert batch_check({"a": good}) is good, "one document keeps its own result"
+    combined = batch_check({"a": good, "b": bad, "c": good})
+    assert not combined.passed and combined.metadata["failed_documents"].value == ["b"]
+    assert batch_check({"a": good, "c": good}).passed
 
 
 def test_rows_of_unregistered_documents_are_reported_as_orphans(instance, pg_url):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from vision_rag_pipeline_tests.conftest import bench_module
 INGEST_KEYS = {
     "documents",
     "unchanged",
+    "duplicates",
     "images",
     "images_ignored",
     "images_enriched",
@@ -80,65 +80,92 @@ def test_ingest_json_counts_and_bad_file_does_not_sink_the_run(
     assert again["enrichment_calls"] == 0, "unchanged images are served from the enrichment cache"
 
 
-def test_a_submitted_backfill_is_a_backfill_of_the_reenrich_job(
+def test_a_submitted_backfill_requests_reenrich_runs_for_the_daemon(
     pg_url: str, samples: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Listed on the job's page (Jobs → reenrich → Partitions), where an asset backfill never was,
-    with one queued run of the job per partition for the daemon."""
+    """`backfill --submit` goes through the one way in: the documents are requested for `reenrich`,
+    and the ingest_requests sensor (the daemon's) turns them into runs."""
     import dagster as dg
 
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.intake import ingest_requests
+    from vision_rag_pipeline.defs.resources import IndexDatabase
     from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
     assert _run(capsys, "ingest", samples[0])[0] == 0
     partition = document_id_for(samples[0])
     code, out = _run(capsys, "backfill", "--submit", "--partitions", partition)
-    assert code == 0 and "Jobs → reenrich → Partitions" in out, out
+    assert code == 0 and "requested 1 document(s) for re-enrichment" in out, out
+    [fate] = DocumentRegistry().fates([partition])
+    assert (fate.state, fate.door) == ("requested", "backfill")
 
-    instance = dagster_instance()
-    [backfill_id] = re.fullmatch(r"submitted 1 backfill\(s\) \((\S+)\);.*", out.strip()).groups()
-    backfill = instance.get_backfill(backfill_id)
-    assert backfill.partition_set_origin.partition_set_name == "reenrich_partition_set"
-    assert backfill.partition_names == [partition]
-    queued = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-    assert [(run.job_name, run.status, run.tags["dagster/partition"]) for run in queued] == [
-        ("reenrich", dg.DagsterRunStatus.QUEUED, partition)
-    ]
-    for run in queued:  # no daemon here: nothing would ever dequeue it
-        instance.delete_run(run.run_id)
+    context = dg.build_sensor_context(
+        instance=dagster_instance(), definitions=defs, resources={"index_db": IndexDatabase()}
+    )
+    runs = ingest_requests(context).run_requests  # and those of other tests' requests, if any
+    assert ("reenrich", partition) in {(run.job_name, run.partition_key) for run in runs}
+    assert DocumentRegistry().fates([partition])[0].state == "queued", "claimed: no second run asked for"
+    _release(partition)
 
 
-def test_a_large_backfill_is_submitted_in_chunks_named_by_ranges(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+def _release(document_id: str) -> None:
+    """A document a sensor claimed for a run no daemon here will start goes back to ingested."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn:
+        conn.execute("UPDATE documents SET state = 'ingested' WHERE document_id = %s", (document_id,))
+
+
+def test_a_backfill_of_every_partition_is_one_request_claimed_tick_by_tick(
+    fresh_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every key in one `--partitions` argument failed above ~2,500 documents (E2BIG): every partition
-    is now named by ranges, a chunk of the catalog per backfill."""
+    """Every key in one `--partitions` argument failed above ~2,500 documents (E2BIG): a backfill is
+    now one statement in the registry, however many documents, and the ingest_requests sensor claims
+    a bounded number a tick, in runs of consecutive partitions."""
     import dagster as dg
 
-    from vision_rag_pipeline.defs import backfill
+    from vision_rag_pipeline.defs import intake
+    from vision_rag_pipeline.defs.backfill import request_backfill
+    from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.resources import IndexDatabase
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
-    monkeypatch.setattr(backfill, "BACKFILL_CHUNK", 3)
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)
+    monkeypatch.setattr(intake, "MAX_CLAIMED_PER_TICK", 3)
+    registry = DocumentRegistry()
+    keys = []
+    for number in range(7):
+        path = tmp_path / f"backfilled-{number}.pdf"
+        path.write_bytes(b"%PDF-1.4\n% " + str(number).encode())
+        keys.append(registry.register(path).document_id)
     with dg.instance_for_test() as instance:
-        keys = [f"chunked-{i}" for i in range(5)]
         instance.add_dynamic_partitions(documents_partitions.name, keys)
-
-        backfill_ids = backfill.submit_reenrich_backfill(instance)
-
-        assert [instance.get_backfill(i).partition_names for i in backfill_ids] == [keys[0:3], keys[3:]]
-        [submission] = {instance.get_backfill(i).tags["vision_rag/backfill"] for i in backfill_ids}
-        runs = instance.get_runs(dg.RunsFilter(tags={"vision_rag/backfill": submission}))
-        assert sorted(run.tags["dagster/partition"] for run in runs) == keys
-
-
-def test_a_selection_is_named_in_lists_each_short_enough_for_one_argument() -> None:
-    from vision_rag_pipeline.defs.backfill import BACKFILL_CHUNK, _argument_chunks
-
-    names = [f"{'quarterly-report-of-the-northern-region'[: 10 + i % 30]}-{i:010x}" for i in range(9000)]
-    chunks = list(_argument_chunks(names))
-    assert [name for chunk in chunks for name in chunk] == names
-    assert all(
-        len(chunk) <= BACKFILL_CHUNK and len(",".join(chunk).encode()) < 128 * 1024 for chunk in chunks
-    )
+        assert request_backfill(instance) == keys
+        claimed = []
+        for _ in range(3):
+            context = dg.build_sensor_context(
+                instance=instance, definitions=defs, resources={"index_db": IndexDatabase()}
+            )
+            result = intake.ingest_requests(context)
+            claimed.append(
+                [
+                    (
+                        run.job_name,
+                        run.tags["dagster/asset_partition_range_start"],
+                        run.tags["dagster/asset_partition_range_end"],
+                    )
+                    if run.partition_key is None
+                    else (run.job_name, run.partition_key, run.partition_key)
+                    for run in result.run_requests
+                ]
+            )
+    assert claimed == [
+        [("reenrich", keys[0], keys[2])],
+        [("reenrich", keys[3], keys[5])],
+        [("reenrich", keys[6], keys[6])],
+    ]
 
 
 def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
@@ -146,8 +173,8 @@ def test_an_unchanged_file_launches_no_run_until_its_bytes_or_settings_change(
 ) -> None:
     from vision_rag_pipeline.defs.runner import dagster_instance
 
-    doc = tmp_path / "report.mhtml"
-    doc.write_bytes((SAMPLES / "larkspur_q3_2024_report.mhtml").read_bytes())
+    doc = tmp_path / "report.mhtml"  # bytes of its own: the sample's would make it the sample's duplicate
+    doc.write_bytes((SAMPLES / "larkspur_q3_2024_report.mhtml").read_bytes() + b"\r\n\r\n")
     first = json.loads(_run(capsys, "ingest", str(doc), "--json")[1])
     assert first["documents"] == 1 and first["unchanged"] == 0 and first["chunks"] > 0
     runs = dagster_instance().get_runs_count()
@@ -203,17 +230,7 @@ def _ingest_in_a_new_process(doc: Path, env: dict[str, str], loader_revision: in
 
 
 def _remove(document_id: str) -> None:
-    from vision_rag_pipeline.defs.definitions import defs
-    from vision_rag_pipeline.defs.partitions import documents_partitions
-    from vision_rag_pipeline.defs.runner import dagster_instance
-
-    config = {"ops": {"remove_document_rows": {"config": {"document_id": document_id}}}}
-    assert (
-        defs.resolve_job_def("remove_document")
-        .execute_in_process(config, instance=dagster_instance())
-        .success
-    )
-    dagster_instance().delete_dynamic_partition(documents_partitions.name, document_id)
+    assert main(["forget", document_id]) == 0
 
 
 def test_search_json_hits(pg_url: str, samples: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -266,7 +283,12 @@ def test_failures_take_one_line_and_verbose_adds_the_traces(
     ]
     assert main(["ingest", str(damaged), "--verbose"]) == 1
     verbose = capsys.readouterr().err
-    assert "Stack Trace" in verbose and "DocumentError" in verbose, "Dagster's log lines, with the trace"
+    assert "Stack Trace" in verbose and "dg.Failure" in verbose, "Dagster's log lines, with the trace"
+    assert main(["status", str(damaged)]) == 1
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"failed    {damaged} (") and line.endswith(
+        ": damaged.pdf: not a readable PDF (not a PDF, or damaged) (in raw_documents)"
+    )
 
     monkeypatch.setenv("VISION_RAG_PG_URL", f"postgresql://postgres@/postgres?host={tmp_path}/no-server")
     assert main(["search", "revenue", "--mode", "vector"]) == 1

@@ -1,16 +1,18 @@
 """Sensors and the schedule driven by a real `dagster-daemon` (its own code server and run workers),
 on a temporary instance: what a user of the inbox sees, not what a sensor function returns.
 
-One deployment for the module, in scenario order: a file dropped into the inbox is ingested and
-searchable; a vision-prompt edit without a vision model launches nothing; a keyword-count change in the
-config file re-enriches its partition once the daemon's code server loaded it (`dagster-daemon run`
-starts a new one every minute); deleting
-the file removes its rows from both indexes; the nightly reindex, its cron set by
-VISION_RAG_REINDEX_CRON to one minute inside the test's window, is launched by the scheduler; a
+One deployment for the module, in scenario order: a file dropped into the inbox is requested and the
+`ingest_requests` sensor runs it: ingested and searchable; a vision-prompt edit without a vision
+model launches nothing; a keyword-count change in the config file re-enriches its partition once the
+daemon's code server loaded it (`dagster-daemon run` starts a new one every minute); files dropped
+together run as one batch over their partition range, and a file that is no document is refused with
+its reason in `vision-rag status`; `vision-rag ingest` of a file while the daemon serves waits for the
+daemon's run; deleting the file removes its rows from both indexes; the nightly reindex, its cron set
+by VISION_RAG_REINDEX_CRON to one minute inside the test's window, is launched by the scheduler; a
 `vision-rag ingest` without the daemon's VISION_RAG_CONFIG reads the home's config file and says, as
-the daemon's sensor does, that the two differ, naming both files. Runs are
-queued one at a time (`concurrency.runs.max_concurrent_runs: 1`): the machine is small, and a reindex racing a
-removal is not what these tests are about.
+the daemon's sensor does, that the two differ, naming both files. Runs are queued one at a time
+(`concurrency.runs.max_concurrent_runs: 1`): the machine is small, and a reindex racing a removal is
+not what these tests are about.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -227,7 +230,16 @@ def test_a_dropped_file_is_partitioned_ingested_and_searchable(deployment: Deplo
         RUN_TIMEOUT,
     )
     run = finished_run(deployment, "the ingest run", **{"dagster/partition": document_id})
-    assert run.job_name == "ingest_document" and run.tags["dagster/sensor_name"] == "inbox_sensor"
+    assert run.job_name == "ingest_document" and run.tags["dagster/sensor_name"] == "ingest_requests"
+    # recorded by the sensor's next tick, which reads the finished run
+    wait_for(
+        "the ingest_requests sensor to record the outcome",
+        lambda: DocumentRegistry().fates([document_id])[0].state == "ingested",
+        deployment,
+        4 * TICK_SECONDS,
+    )
+    [fate] = DocumentRegistry().fates([document_id])
+    assert (fate.door, fate.attempts, fate.run_id) == ("inbox", 1, run.run_id)
     hits = search("What dividend did the board approve?", k=5, document_ids=[document_id])
     assert any("0.42" in hit.text for hit in hits), [hit.text[:80] for hit in hits]
 
@@ -261,6 +273,54 @@ def test_a_setting_change_re_enriches_the_partition_once_the_daemon_loaded_it(
     assert len(runs(deployment, **{"dagster/sensor_name": "version_sensor"})) == 1
 
 
+def test_files_dropped_together_run_as_one_batch(deployment: Deployment):
+    for number in range(3):
+        (deployment.inbox / f"batch-{number}.pdf").write_bytes(PDF.read_bytes() + f"\n% {number}\n".encode())
+    ids = {document_id_for(deployment.inbox / f"batch-{number}.pdf") for number in range(3)}
+
+    def batch_run() -> dg.DagsterRun | None:
+        for run in runs(deployment, **{"dagster/sensor_name": "ingest_requests"}):
+            if (
+                "dagster/asset_partition_range_start" in run.tags
+                and run.status == dg.DagsterRunStatus.SUCCESS
+            ):
+                return run
+            if run.status == dg.DagsterRunStatus.FAILURE:
+                pytest.fail(f"run {run.run_id} failed")
+        return None
+
+    run = wait_for("the batch's run", batch_run, deployment, RUN_TIMEOUT)
+    start, end = (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    )
+    assert {start, end} <= ids and start != end
+    wait_for(
+        "the batch's documents to be recorded ingested",
+        lambda: {fate.state for fate in DocumentRegistry().fates(ids)} == {"ingested"},
+        deployment,
+        4 * TICK_SECONDS,
+    )
+
+
+def test_the_cli_waits_for_the_daemons_run_of_its_file(deployment: Deployment, tmp_path: Path):
+    """With a daemon serving the instance, `vision-rag ingest` requests the file and waits for the
+    run the daemon makes of it, instead of running it a second way."""
+    path = tmp_path / "by-the-cli.pdf"
+    path.write_bytes(PDF.read_bytes() + b"\n% the CLI's\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "ingest", str(path)],
+        env=deployment.env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the Dagster daemon runs 1 document(s)" in done.stderr and f"ok {path} (" in done.stderr
+    [run] = runs(deployment, **{"dagster/partition": document_id_for(path)})
+    assert run.tags["dagster/sensor_name"] == "ingest_requests" and run.status == dg.DagsterRunStatus.SUCCESS
+
+
 def test_a_deleted_file_leaves_the_partitions_and_both_indexes(deployment: Deployment, document_id: str):
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
     from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
@@ -269,7 +329,11 @@ def test_a_deleted_file_leaves_the_partitions_and_both_indexes(deployment: Deplo
     assert store.count(document_id) > 0 and lexical.count(document_id) > 0
     (deployment.inbox / PDF.name).unlink()
 
-    finished_run(deployment, "the removal run", **{"vision_rag/document_id": document_id})
+    def removed() -> bool:
+        done = [run for run in deployment.instance.get_runs(dg.RunsFilter(job_name="remove_document"))]
+        return any(run.status == dg.DagsterRunStatus.SUCCESS for run in done)
+
+    wait_for("the removal run", removed, deployment, RUN_TIMEOUT)
 
     assert document_id not in deployment.instance.get_dynamic_partitions(documents_partitions.name)
     assert store.count(document_id) == 0 and lexical.count(document_id) == 0
@@ -288,9 +352,19 @@ def test_files_that_are_not_documents_are_named_in_the_tick_and_kept_in_the_regi
         RUN_TIMEOUT,
     )
     assert {Path(path.decode()).name: why.reason for path, why in rejections.items()} == {
-        "empty.pdf": "empty file",
-        "report.pdf": "a ZIP archive (a Word, Excel or PowerPoint file?), not an MHTML web archive or a PDF",
+        "empty.pdf": "empty.pdf: empty file",
+        "report.pdf": "report.pdf: a ZIP archive (a Word, Excel or PowerPoint file?), not an MHTML web archive or a PDF",
     }
+    status = subprocess.run(
+        [sys.executable, "-m", "vision_rag_pipeline.cli", "status"],
+        env=deployment.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert f"refused   {deployment.inbox.resolve()}/empty.pdf (" in status.stdout
+    assert " via inbox, " in status.stdout and status.stdout.count("refused   ") == 2
 
     def logged(line: str) -> bool:
         return any(
@@ -315,25 +389,29 @@ def test_files_that_are_not_documents_are_named_in_the_tick_and_kept_in_the_regi
 
 
 def test_a_drop_larger_than_a_tick_is_taken_over_the_next_ticks(deployment: Deployment):
-    """Three files with two runs a tick: two in one tick, the third in the next; none lost."""
+    """Three files with two a tick: two requested in one tick, the third in a later one; none lost."""
     since = time.time()
     for number in range(3):  # PDFs to the sniffer, unreadable to the loader: their runs fail at once
         (deployment.inbox / f"drop-{number}.pdf").write_bytes(b"%%PDF-1.4\n%% drop %d\n%%%%EOF\n" % number)
 
     def requested() -> list[int] | None:
-        counts = [
-            len(t.run_ids) for t in reversed(sensor_ticks(deployment, "inbox_sensor")) if t.timestamp > since
+        news = [
+            int(found.group(1))
+            for tick in reversed(sensor_ticks(deployment, "inbox_sensor"))
+            if tick.timestamp > since and (found := re.search(r": (\d+) new,", tick.skip_reason or ""))
         ]
-        taken = [count for count in counts if count]
+        taken = [count for count in news if count]
         return taken if sum(taken) >= 3 else None
 
-    assert wait_for("a run for each dropped file", requested, deployment, RUN_TIMEOUT) == [2, 1]
-    dropped = [
-        run
-        for run in runs(deployment, **{"vision_rag/change": "new"})
-        if "drop-" in run.tags["vision_rag/inbox_file"]
-    ]
-    assert len(dropped) == 3
+    assert wait_for("each dropped file requested", requested, deployment, RUN_TIMEOUT) == [2, 1]
+    ids = [document_id_for(deployment.inbox / f"drop-{number}.pdf") for number in range(3)]
+    fates = wait_for(
+        "their runs",
+        lambda: (found := DocumentRegistry().fates(ids)) and {f.state for f in found} == {"failed"} and found,
+        deployment,
+        RUN_TIMEOUT,
+    )
+    assert len(fates) == 3 and {fate.door for fate in fates} == {"inbox"}
 
 
 def test_the_nightly_reindex_is_launched_by_the_scheduler(deployment: Deployment):
@@ -341,28 +419,14 @@ def test_the_nightly_reindex_is_launched_by_the_scheduler(deployment: Deployment
     assert run.job_name == "reindex"
 
 
-def test_the_runs_executed_in_warm_workers_of_the_daemon(deployment: Deployment, document_id: str):
-    """One worker ran the ingest; the setting change made its definitions stale, so a fresh one ran
-    the re-enrichment and then, warm, the removal; the scheduled reindex ran in one of the two,
-    whichever was warm at its minute (defs/warm_launcher.py)."""
-    from vision_rag_pipeline.defs.run_owner import PID_TAG
-
-    def worker(**tags: str) -> int:
-        (run,) = runs(deployment, **tags)
-        return int(run.tags[PID_TAG])
-
-    ingest = worker(**{"dagster/sensor_name": "inbox_sensor", "dagster/partition": document_id})
-    reenrich = worker(**{"dagster/sensor_name": "version_sensor"})
-    removal = worker(**{"vision_rag/document_id": document_id})
-    reindex = worker(**{"dagster/schedule_name": "daily_reindex"})
-    assert ingest != reenrich == removal
-    assert reindex in {ingest, reenrich}
-    assert psutil.Process(removal).ppid() == deployment.daemon_pid
-
-
 def test_no_sensor_or_schedule_tick_failed(deployment: Deployment):
     states = deployment.instance.all_instigator_state()
-    assert {state.instigator_name for state in states} >= {"inbox_sensor", "version_sensor", "daily_reindex"}
+    assert {state.instigator_name for state in states} >= {
+        "ingest_requests",
+        "inbox_sensor",
+        "version_sensor",
+        "daily_reindex",
+    }
     failed = {
         state.instigator_name: [tick.error.message for tick in ticks]
         for state in states
@@ -375,14 +439,19 @@ def test_no_sensor_or_schedule_tick_failed(deployment: Deployment):
     assert not failed
 
 
-def test_a_cli_without_the_daemons_config_reads_the_home_file_and_both_sides_say_they_differ(
+def test_a_cli_without_the_daemons_config_reads_the_home_file_says_they_differ_and_the_daemon_runs_it(
     deployment: Deployment, tmp_path: Path
 ):
-    """The issue's case: `dagster dev` with VISION_RAG_CONFIG set, `vision-rag ingest` without it."""
+    """The issue's case: `dagster dev` with VISION_RAG_CONFIG set, `vision-rag ingest` without it. The
+    CLI says the two configs differ, naming both files; its file goes the one way in, so the daemon
+    serving the instance runs it with the daemon's config: the index keeps one config."""
+    from vision_rag_pipeline.core.config_in_use import last_config_used
+
     env = {name: value for name, value in deployment.env.items() if name != "VISION_RAG_CONFIG"}
     vision_rag = str(Path(sys.executable).parent / "vision-rag")
     home_config = Path(env["VISION_RAG_HOME"]) / "config.yaml"
-    document = Path(shutil.copy(PDF, tmp_path / "from-the-cli.pdf"))
+    document = tmp_path / "from-the-cli.pdf"
+    document.write_bytes(PDF.read_bytes() + b"\n% from the CLI\n")
 
     ingest = subprocess.run([vision_rag, "ingest", str(document)], env=env, capture_output=True, text=True)
 
@@ -393,13 +462,6 @@ def test_a_cli_without_the_daemons_config_reads_the_home_file_and_both_sides_say
     assert str(home_config) in said and str(deployment.config) in said
     path = subprocess.run([vision_rag, "config", "path"], env=env, capture_output=True, text=True, check=True)
     assert path.stdout.strip() == str(home_config) and home_config.is_file()
-
-    def daemon_said() -> bool:  # the CLI's run is now the last: the daemon's side differs
-        for tick in sensor_ticks(deployment, "version_sensor")[:5]:
-            for record in tick_log(deployment, tick):
-                message = str(record.get("msg", ""))
-                if str(deployment.config) in message and str(home_config) in message:
-                    return True
-        return False
-
-    wait_for("the version sensor to say its config differs", daemon_said, deployment, RELOAD_TIMEOUT)
+    [run] = runs(deployment, **{"dagster/partition": document_id_for(document)})
+    assert run.tags["dagster/sensor_name"] == "ingest_requests", "run by the daemon, not by the CLI"
+    assert last_config_used().path == str(deployment.config), "with the daemon's config"

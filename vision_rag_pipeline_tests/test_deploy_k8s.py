@@ -13,15 +13,24 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import dagster
+import dagster as dg
 import psycopg
 import pytest
 import yaml
 from dagster._config import process_config
+from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+from dagster._core.definitions.selector import JobSubsetSelector
 from dagster._core.instance.config import dagster_instance_config
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.context import WorkspaceProcessContext, WorkspaceRequestContext
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster_k8s import K8sRunLauncher
 
 from vision_rag_pipeline.core.config import (
@@ -267,7 +276,6 @@ def test_the_k8s_run_launcher_launches_a_job_whose_command_runs_the_run(
 
     from vision_rag_pipeline.cli import SAMPLES
     from vision_rag_pipeline.defs.partitions import documents_partitions
-    from vision_rag_pipeline.defs.submit import code_location_workspace, create_ingest_run
     from vision_rag_pipeline.documents.registry import DocumentRegistry
     from vision_rag_pipeline_tests.hosts import Lan, ServiceHost, namespaces_unavailable
     from vision_rag_pipeline_tests.test_deploy_config import production_instance_env
@@ -349,3 +357,63 @@ def test_the_k8s_run_launcher_launches_a_job_whose_command_runs_the_run(
         instance.dispose()
     finally:
         lan.close()
+
+
+# A run made as `dagster job launch` makes it, from this process' view of the code location, under the
+# name every deployment gives it, so that a launcher finds its origins: Dagster has no public Python
+# API for it (the package requests runs through its ingest_requests sensor instead).
+CODE_LOCATION = "vision_rag_pipeline.definitions"
+JOB = "ingest_document"
+PARTITION_TAG = "dagster/partition"
+
+
+@contextmanager
+def code_location_workspace(instance: dg.DagsterInstance) -> Iterator[WorkspaceRequestContext]:
+    """The code location loaded in this process, under the name the daemon's workspace knows."""
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_LOCATION),
+        container_image=os.environ.get("DAGSTER_CURRENT_IMAGE") or None,
+        location_name=CODE_LOCATION,
+    )
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
+        yield process.create_request_context()
+
+
+def create_ingest_run(
+    instance: dg.DagsterInstance,
+    workspace: WorkspaceRequestContext,
+    document_id: str,
+    run_config: dict | None = None,
+) -> dg.DagsterRun:
+    """A NOT_STARTED run of `ingest_document` for one partition, with the origins a launcher needs."""
+    run_config = run_config or {}
+    location = workspace.get_code_location(CODE_LOCATION)
+    repository = location.get_repository(SINGLETON_REPOSITORY_NAME)
+    remote_job = location.get_job(
+        JobSubsetSelector(
+            location_name=CODE_LOCATION, repository_name=repository.name, job_name=JOB, op_selection=None
+        )
+    )
+    plan = location.get_execution_plan(
+        remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
+    ).execution_plan_snapshot
+    return instance.create_run(
+        job_name=JOB,
+        run_id=None,
+        run_config=run_config,
+        resolved_op_selection=None,
+        step_keys_to_execute=plan.step_keys_to_execute,
+        op_selection=None,
+        status=None,
+        root_run_id=None,
+        parent_run_id=None,
+        tags={**remote_job.run_tags, PARTITION_TAG: document_id},
+        job_snapshot=remote_job.job_snapshot,
+        execution_plan_snapshot=plan,
+        parent_job_snapshot=remote_job.parent_job_snapshot,
+        remote_job_origin=remote_job.get_remote_origin(),
+        job_code_origin=remote_job.get_python_origin(),
+        asset_selection=None,
+        asset_check_selection=None,
+        asset_graph=repository.asset_graph,
+    )

@@ -6,12 +6,13 @@ from pathlib import Path
 import dagster as dg
 
 from vision_rag_pipeline.defs import runner
+from vision_rag_pipeline.defs.intake import run_failure
 from vision_rag_pipeline.defs.local_storage import (
     CapturedComputeLogManager,
     LocalEventLogStorage,
     LocalRunStorage,
 )
-from vision_rag_pipeline.defs.runner import failure_reason, write_local_instance_config
+from vision_rag_pipeline.defs.runner import write_local_instance_config
 
 documents = dg.DynamicPartitionsDefinition(name="docs")
 
@@ -162,5 +163,6 @@ def test_a_run_failing_outside_its_steps_reports_dagsters_error_on_one_line(tmp_
         instance.event_log_storage.get_pool_limits = locked  # Dagster's pool bookkeeping fails
         job = dg.Definitions(assets=[described]).resolve_implicit_global_asset_job_def()
         result = job.execute_in_process(instance=instance, raise_on_error=False)
-    assert not result.success
-    assert failure_reason(result) == "database is locked (in the Dagster run, outside the assets)"
+        assert not result.success
+        failure = run_failure(instance, result.run_id)
+    assert (failure.reason, failure.retryable) == ("database is locked", True)

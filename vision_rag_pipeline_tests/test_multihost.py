@@ -1,8 +1,9 @@
 """The Celery path across real hosts: network namespaces on one machine (hosts.py).
 
 - service host: Postgres + pgvector, Redis (broker and results), the Elasticsearch test server;
-- head: `vision-rag ingest --submit` queues a run per file, a `dagster-daemon` (with its own code
-  server) launches them; the run's process orchestrates and executes no step;
+- head: `vision-rag ingest --submit` requests the file, the `ingest_requests` sensor of a
+  `dagster-daemon` (with its own code server) turns it into a run and launches it; the run's process
+  orchestrates and executes no step;
 - two workers (`dagster-celery worker start`), each in its own mount namespace with a private tmpfs
   over the test's temporary folders: they never see the head's files (the PDF, its Dagster home);
 - a third host searches.
@@ -79,14 +80,22 @@ class Deployment:
         )
 
     def submit(self, path: Path) -> str:
-        """`vision-rag ingest --submit` on the head: the run id it prints."""
+        """`vision-rag ingest --submit` on the head, then the id of the run the daemon made of it."""
         env = self.host_env("head", self.root / "head")
         done = self.head.run([str(BIN / "vision-rag"), "ingest", "--submit", str(path)], env)
         assert done.returncode == 0, done.stderr[-3000:]
         [line] = done.stdout.splitlines()
-        run_id, printed_path, _ = line.split(" ", 2)
+        document_id, printed_path = line.split(" ", 1)
         assert printed_path == str(path)
-        return run_id
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            rows = self.dagster_sql(
+                "SELECT run_id FROM run_tags WHERE key = 'dagster/partition' AND value = %s", document_id
+            )
+            if rows:
+                return rows[0][0]
+            time.sleep(0.5)
+        raise AssertionError(f"no run was made of {document_id}:\n{self.logs()}")
 
     def wait_for_run(self, run_id: str) -> str:
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -174,7 +183,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             "VISION_RAG_EXECUTOR": "celery",
             "VISION_RAG_CELERY_BROKER_URL": services.redis_url,
             "VISION_RAG_CELERY_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_TIMEOUT_S),
-            "VISION_RAG_SENSOR_INTERVAL_SECONDS": "3600",  # the sensors tick once, on the head
+            "VISION_RAG_SENSOR_INTERVAL_SECONDS": "3",  # the sensors tick on the head
         }
         deployment = Deployment(
             lan, services, dagster_db, index_db, env, root, head=lan.add("head"), client=lan.add("client")

@@ -27,7 +27,6 @@ from vision_rag_pipeline.documents.registry import document_id_for
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline_tests.es_server import EmulatorUnavailable, noida_elasticsearch
 from vision_rag_pipeline_tests.test_deploy_config import PRODUCTION_YAML, ROOT, production_instance_env
-from vision_rag_pipeline_tests.test_repo_root import stop_embedded_postgres
 
 BIN = Path(sys.executable).parent
 
@@ -214,78 +213,44 @@ def test_the_cli_refuses_in_one_line(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ingest_submit_queues_one_run_per_file_for_the_daemon(
+def test_ingest_submit_requests_the_files_for_the_daemon_of_a_shared_instance(
     tmp_path: Path, pg_url: str, fresh_database: str, dagster_database: str
 ) -> None:
+    """`ingest --submit` on one node of a Postgres-backed deployment: every file's bytes and its
+    request are in the shared registry and its partition in the shared instance, for the daemon's
+    ingest_requests sensor on whichever host (no daemon serves here)."""
     node = Node(
         tmp_path / "node",
         production_instance_env(pg_url, dagster_database) | {"VISION_RAG_PG_URL": fresh_database},
     )
     files = sorted(str(path) for path in SAMPLES.iterdir() if path.suffix in (".mhtml", ".pdf"))
-    submitted = json.loads(
-        finished(node.start(str(BIN / "vision-rag"), "ingest", "--submit", *files, "--json"))
-    )
-    runs = {run["path"]: run for run in submitted["submitted"]}
-    assert set(runs) == set(files)
+    process = node.start(str(BIN / "vision-rag"), "ingest", "--submit", *files, "--json")
+    arrivals = json.loads(finished(process))
+    assert {arrival["path"]: arrival["outcome"] for arrival in arrivals} == dict.fromkeys(files, "requested")
 
     instance_env = production_instance_env(pg_url, dagster_database)
     probe = subprocess.run(
-        [sys.executable, "-c", _QUEUED_RUNS_PROBE, *(run["run_id"] for run in runs.values())],
+        [sys.executable, "-c", _PARTITIONS_PROBE],
         env={**node.env, **instance_env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
-    queued = json.loads(probe.stdout.splitlines()[-1])
-    for path, run in runs.items():
-        assert queued[run["run_id"]] == {
-            "status": "QUEUED",
-            "job": "ingest_document",
-            "partition": document_id_for(path),
-            "location": "vision_rag_pipeline.definitions",
-        }
+    assert set(json.loads(probe.stdout.splitlines()[-1])) == {document_id_for(path) for path in files}
     with psycopg.connect(fresh_database) as conn:  # the bytes are in the registry, for any host
-        stored = dict(conn.execute("SELECT document_id, length(content) FROM documents").fetchall())
-    assert {document_id_for(path): Path(path).stat().st_size for path in files}.items() <= stored.items()
-
-
-_QUEUED_RUNS_PROBE = """
-import json, sys, dagster as dg
-instance = dg.DagsterInstance.get()
-print(json.dumps({
-    run.run_id: {
-        "status": run.status.value,
-        "job": run.job_name,
-        "partition": run.tags.get("dagster/partition"),
-        "location": run.remote_job_origin.location_name,
+        stored = {
+            document_id: (size, state, door)
+            for document_id, size, state, door in conn.execute(
+                "SELECT document_id, length(content), state, door FROM documents"
+            ).fetchall()
+        }
+    assert stored == {
+        document_id_for(path): (Path(path).stat().st_size, "requested", "cli") for path in files
     }
-    for run in instance.get_runs(dg.RunsFilter(run_ids=sys.argv[1:]))
-}))
+
+
+_PARTITIONS_PROBE = """
+import json, dagster as dg
+print(json.dumps(list(dg.DagsterInstance.get().get_dynamic_partitions("documents"))))
 """
-
-
-def test_ingest_submit_refuses_an_instance_without_a_run_queue(tmp_path: Path) -> None:
-    """An instance that launches runs itself (Dagster's default launcher) cannot launch a code
-    location loaded in the CLI's process: said up front, no run made."""
-    (tmp_path / "dagster").mkdir()
-    (tmp_path / "dagster" / "dagster.yaml").write_text(
-        "run_coordinator:\n  module: dagster.core.run_coordinator\n  class: DefaultRunCoordinator\n"
-    )
-    env = {**os.environ, "VISION_RAG_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster")}
-    env.pop(MULTI_NODE_ENV, None)
-    done = subprocess.run(
-        [
-            str(BIN / "vision-rag"),
-            "ingest",
-            "--submit",
-            str(SAMPLES / "larkspur_q3_2024_operations_review.pdf"),
-        ],
-        env=env | {"PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    stop_embedded_postgres(env | {"PYTHONPATH": str(ROOT)})
-    assert done.returncode == 2
-    assert "--submit needs a Dagster instance with a run queue" in done.stderr

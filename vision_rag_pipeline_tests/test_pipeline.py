@@ -41,7 +41,7 @@ def instance(pg_url: str):
 def test_materialize_then_rematerialize_replaces_rows(instance: dg.DagsterInstance, path: Path) -> None:
     document_id, first = _materialize(instance, path)
     assert first.success
-    chunks = first.output_for_node("document_chunks")
+    chunks = first.output_for_node("document_chunks")[document_id]
     assert chunks, "a sample document yields chunks"
     store = PgVectorStore(384)
     lexical = open_lexical_index()
@@ -56,20 +56,20 @@ def test_materialize_then_rematerialize_replaces_rows(instance: dg.DagsterInstan
 
 
 def test_partition_metadata_is_visible_in_the_instance(instance: dg.DagsterInstance) -> None:
-    _, result = _materialize(instance, SAMPLE_FILES[0])
+    document_id, result = _materialize(instance, SAMPLE_FILES[0])
     event = result.asset_materializations_for_node("document_chunks")[0]
     assert event.metadata["chunks"].value > 0
     assert "preview" in event.metadata
     verdicts = result.asset_materializations_for_node("image_verdicts")[0].metadata
     assert verdicts["vision"].value + verdicts["ignore"].value == len(
-        result.output_for_node("extracted_images")
+        result.output_for_node("extracted_images")[document_id]
     )
 
 
 def test_chunks_carry_locations(instance: dg.DagsterInstance) -> None:
     for path in SAMPLE_FILES:
-        _, result = _materialize(instance, path)
-        chunks = result.output_for_node("document_chunks")
+        document_id, result = _materialize(instance, path)
+        chunks = result.output_for_node("document_chunks")[document_id]
         if path.suffix == ".pdf":
             assert all(c.page for c in chunks), "every PDF chunk knows its page"
             assert any(c.bbox for c in chunks)
@@ -130,13 +130,49 @@ def test_failed_document_reports_a_one_line_reason(instance: dg.DagsterInstance,
         raise_on_error=False,
     )
     assert not result.success
+    (failure,) = [event for event in result.all_events if event.is_step_failure]
+    assert failure.step_key == "raw_documents"
+    data = failure.step_failure_data
+    # a Dagster Failure: the UI shows its description as the step's error, without a stack trace
+    assert data.user_failure_data.description == "broken.pdf: not a readable PDF (not a PDF, or damaged)"
+    assert data.user_failure_data.metadata["documents"].value == {
+        document_id: "broken.pdf: not a readable PDF (not a PDF, or damaged)"
+    }, "the document named, so the rest of a batch can run again without it"
+
+
+def test_a_batch_is_one_run_over_a_range_with_each_documents_own_values_and_metadata(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    """Documents requested together run as one run over their partition range: each document keeps
+    its own stored values, metadata and index rows, as a run of one would give it."""
+    pdf = next(p for p in SAMPLE_FILES if p.suffix == ".pdf")
+    paths = [tmp_path / f"copy{number}.pdf" for number in range(3)]
+    for number, path in enumerate(paths):  # three distinct files: the sample with another trailing comment
+        path.write_bytes(pdf.read_bytes() + f"\n%% copy {number}\n".encode())
+    ids = [DocumentRegistry().register(path).document_id for path in paths]
+    instance.add_dynamic_partitions(documents_partitions.name, ids)
+    result = defs.resolve_job_def("ingest_document").execute_in_process(
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": ids[0], "dagster/asset_partition_range_end": ids[-1]},
+    )
+    assert result.success
+    chunks = result.output_for_node("document_chunks")
+    assert set(chunks) == set(ids) and all(chunks[key] for key in ids)
+    assert all(chunk.document_id == key for key in ids for chunk in chunks[key])
+    events = result.asset_materializations_for_node("raw_documents")
+    assert sorted(event.partition for event in events) == sorted(ids)
+    assert {event.partition: event.metadata["source_path"].value for event in events} == {
+        key: str(path) for key, path in zip(ids, paths, strict=True)
+    }
+    store = PgVectorStore(384)
+    assert [store.count(key) for key in ids] == [len(chunks[key]) for key in ids]
 
 
 def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
     instance: dg.DagsterInstance,
 ) -> None:
     document_id, ingested = _materialize(instance, SAMPLE_FILES[0])
-    chunks = ingested.output_for_node("document_chunks")
+    chunks = ingested.output_for_node("document_chunks")[document_id]
     with connect() as conn:  # asset values are persisted for later runs, where every node reaches them
         stored = conn.execute(
             "SELECT asset_key FROM asset_values WHERE partition_key = %s", (document_id,)
@@ -150,7 +186,7 @@ def test_reenrich_loads_the_stored_upstream_values_and_rebuilds_the_rows(
     assert "raw_documents" not in {
         e.asset_key.to_user_string() for e in reenriched.get_asset_materialization_events() if e.asset_key
     }
-    assert reenriched.output_for_node("document_chunks") == chunks
+    assert reenriched.output_for_node("document_chunks")[document_id] == chunks
     checks = {e.check_name: e.passed for e in reenriched.get_asset_check_evaluations()}
     assert checks == {
         "annotations_whole": True,
@@ -186,13 +222,13 @@ def test_a_scan_with_its_own_ocr_layer_is_indexed_from_that_layer(
     path = tmp_path / "ocred-scan.pdf"
     path.write_bytes(write_pdf([Page(texts=layer, pictures=[Picture(0, 0, *LETTER, scan)])]))
 
-    _, result = _materialize(instance, path)
+    document_id, result = _materialize(instance, path)
     assert result.success
     images = result.asset_materializations_for_node("extracted_images")[0].metadata
     assert images["text_layer_images"].value == 1
-    (enrichment,) = result.output_for_node("image_enrichments").results.values()
+    (enrichment,) = result.output_for_node("image_enrichments")[document_id].results.values()
     assert enrichment.ocr.text == "Freight ledger, port of Kotka: 4471 containers cleared"
-    image_chunks = [c for c in result.output_for_node("document_chunks") if c.kind == "image"]
+    image_chunks = [c for c in result.output_for_node("document_chunks")[document_id] if c.kind == "image"]
     assert any("4471 containers cleared" in chunk.text for chunk in image_chunks)
 
 

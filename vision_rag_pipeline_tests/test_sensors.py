@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import INBOX_ENV, INBOX_SETTLE_ENV, config_in_effect
 from vision_rag_pipeline.defs.inbox import inbox_sensor
+from vision_rag_pipeline.defs.intake import ingest_requests as ingest_requests_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
@@ -44,12 +45,23 @@ def instance():
 
 
 @pytest.fixture
-def inbox(tmp_path, pg_url, monkeypatch) -> Path:
+def inbox(tmp_path, fresh_database, monkeypatch) -> Path:
+    """An empty inbox, and an index database of the test's own: a file's fate there is this test's alone
+    (the same bytes anywhere else in the database would make it a duplicate)."""
     path = tmp_path / "inbox"
     path.mkdir()
     monkeypatch.setenv(INBOX_ENV, str(path))
     monkeypatch.setenv(INBOX_SETTLE_ENV, "0")  # files written by the test are whole: read at once
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)
     return path
+
+
+def _context(instance, cursor: str | None):
+    from vision_rag_pipeline.definitions import defs
+
+    return dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
+    )
 
 
 def tick(instance, cursor: str | None | object = CARRIED) -> dg.SensorResult | dg.SkipReason:
@@ -60,11 +72,7 @@ def tick(instance, cursor: str | None | object = CARRIED) -> dg.SensorResult | d
 
 def tick_with_cursor(instance, cursor: str | None) -> tuple[dg.SensorResult | dg.SkipReason, str | None]:
     """One tick: the cursor the previous tick left in, the one it leaves out."""
-    from vision_rag_pipeline.definitions import defs
-
-    context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
-    )
+    context = _context(instance, cursor)
     result = inbox_sensor(context)
     _cursors[id(instance)] = context.cursor
     return result, context.cursor
@@ -74,8 +82,14 @@ def requests(result) -> list[dg.RunRequest]:
     return [] if isinstance(result, dg.SkipReason) else result.run_requests
 
 
-def ingest_requests(result) -> list[dg.RunRequest]:
-    return [r for r in requests(result) if r.job_name == "ingest_document"]
+def fates(state: str) -> dict[str, str]:
+    """{document id: source path} of the documents in this state."""
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        return dict(conn.execute("SELECT document_id, source_path FROM documents WHERE state = %s", (state,)))
+
+
+def requested() -> set[str]:
+    return set(fates("requested"))
 
 
 def known_files(inbox: Path) -> set[bytes]:
@@ -90,25 +104,23 @@ def test_new_files_are_registered_partitioned_and_requested(instance, inbox):
     result = tick(instance)
 
     expected = {document_id_for(pdf), document_id_for(mhtml)}
-    assert {r.partition_key for r in ingest_requests(result)} == expected
-    [add] = result.dynamic_partitions_requests
-    assert isinstance(add, dg.AddDynamicPartitionsRequest)
-    assert add.partitions_def_name == documents_partitions.name and set(add.partition_keys) == expected
+    assert requested() == expected, "requested through the one way in, for the ingest_requests sensor"
+    assert not requests(result) and "2 requested" in result.skip_message
+    assert set(instance.get_dynamic_partitions(documents_partitions.name)) == expected
     assert {DocumentRegistry().get(key).abs_path for key in expected} == {str(pdf), str(mhtml)}
-    assert not known_files(inbox), "seen only once Dagster accepted the requests (the next tick's cursor)"
-    assert not requests(tick(instance))
     assert known_files(inbox) == {bytes(pdf), bytes(mhtml)}
-    assert _cursors[id(instance)] is None  # the state is in the registry, whatever the number of files
+    [fate] = DocumentRegistry().fates([document_id_for(pdf)])
+    assert fate.door == "inbox"
 
 
 def test_a_tick_dagster_did_not_accept_loses_no_file(instance, inbox):
-    """A tick that timed out (or whose requests were never stored) leaves the cursor as it was: the
-    next tick takes the same files again instead of taking them for seen."""
+    """A file's request is its registry row, written by the tick that read it: a tick whose cursor
+    never reached Dagster (timed out, its results never stored) loses nothing and doubles nothing."""
     pdf = Path(shutil.copy(PDF, inbox))
-    [first] = ingest_requests(tick(instance, None))
-    [again] = ingest_requests(tick(instance, None))  # the first tick's cursor never reached Dagster
-    assert first.partition_key == again.partition_key == document_id_for(pdf)
-    assert not requests(tick(instance))
+    tick(instance, None)
+    tick(instance, None)  # the first tick's cursor never reached Dagster
+    assert requested() == {document_id_for(pdf)}
+    assert DocumentRegistry().fates([document_id_for(pdf)])[0].attempts == 0
 
 
 def test_a_drop_larger_than_a_tick_is_taken_over_the_next_ticks_oldest_first(instance, inbox, monkeypatch):
@@ -117,50 +129,88 @@ def test_a_drop_larger_than_a_tick_is_taken_over_the_next_ticks_oldest_first(ins
     monkeypatch.setattr(sensor_module, "FILES_PER_TICK", 4)
     for i in range(10):
         path = inbox / f"report-{i}.pdf"
-        path.write_bytes(PDF.read_bytes()[:4096])
+        path.write_bytes(PDF.read_bytes()[:4096] + str(i).encode())
         os.utime(path, ns=(10**18 + i, 10**18 + i))  # report-0 is the oldest
 
-    taken = [[r.tags["vision_rag/inbox_file"] for r in ingest_requests(tick(instance))] for _ in range(4)]
+    taken = []
+    for _ in range(4):
+        before = requested()
+        tick(instance)
+        taken.append(sorted(fates("requested")[key] for key in requested() - before))
+        with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # as if their runs had ingested them
+            conn.execute("UPDATE documents SET state = 'ingested' WHERE state = 'requested'")
 
     assert [len(names) for names in taken] == [4, 4, 2, 0]
     assert taken[0] == [str(inbox / f"report-{i}.pdf") for i in range(4)]
     assert len(known_files(inbox)) == 10
 
 
-def test_no_file_is_taken_while_a_ticks_worth_of_its_runs_wait_in_the_queue(instance, inbox, monkeypatch):
+def test_no_file_is_taken_while_a_ticks_worth_of_its_requests_wait_for_a_run(instance, inbox, monkeypatch):
     from vision_rag_pipeline.defs import inbox as sensor_module
 
     monkeypatch.setattr(sensor_module, "FILES_PER_TICK", 2)
-    monkeypatch.setattr(instance, "get_runs_count", lambda filters=None: 2)  # two queued runs of the sensor
+    for i in range(2):
+        (inbox / f"first-{i}.pdf").write_bytes(PDF.read_bytes()[:4096] + str(i).encode())
+    tick(instance)
     shutil.copy(PDF, inbox)
     result = tick(instance)
     assert isinstance(result, dg.SkipReason)
     assert (
-        "1 waiting for the next ticks (at most 2 a tick; 2 runs of this sensor queued)" in result.skip_message
+        "1 waiting for the next ticks (at most 2 a tick; 2 of its requests wait for a run)"
+        in result.skip_message
     )
+
+
+def test_the_ingest_requests_sensor_turns_files_requested_together_into_one_run_over_their_range(
+    instance, inbox
+):
+    for number in range(3):
+        (inbox / f"report-{number}.pdf").write_bytes(PDF.read_bytes() + f"\n% {number}\n".encode())
+    tick(instance)
+    ids = [document_id_for(inbox / f"report-{number}.pdf") for number in range(3)]
+
+    result = ingest_requests_sensor(_context(instance, None))
+
+    [run] = result.run_requests
+    assert run.job_name == "ingest_document"
+    partitions = instance.get_dynamic_partitions(documents_partitions.name)
+    assert (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    ) == (
+        partitions[0],
+        partitions[-1],
+    )
+    assert set(partitions) == set(ids)
+    assert set(fates("queued")) == set(ids) and not requested(), (
+        "claimed once: the next tick asks for nothing"
+    )
+    assert not ingest_requests_sensor(_context(instance, None)).run_requests
 
 
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)
-    assert not requests(tick(instance))
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # as if its run had ingested it
+        conn.execute("UPDATE documents SET state = 'ingested'")
+    assert not requests(tick(instance)) and not requested()
 
     stat = pdf.stat()
     os.utime(pdf, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    assert isinstance(tick(instance), dg.SkipReason)
+    result = tick(instance)
+    assert isinstance(result, dg.SkipReason) and not requested(), "the same bytes: no new request"
     # The touch was recorded: the next tick does not hash the file again.
     [entry] = DocumentRegistry().inbox_files(bytes(inbox)).values()
     assert entry.state.mtime_ns == stat.st_mtime_ns + 10**9
 
 
-def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg_url, monkeypatch):
+def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, monkeypatch):
     for i in range(5):
-        shutil.copy(PDF, inbox / f"report-{i}.pdf")
+        (inbox / f"report-{i}.pdf").write_bytes(PDF.read_bytes() + f"\n% {i}\n".encode())
     tick(instance)
-    tick(instance)  # records what the first one saw
 
     def row_versions() -> list:  # xmin changes whenever Postgres writes a row
-        with psycopg.connect(pg_url) as conn:
+        with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
             return conn.execute(
                 "SELECT document_id, xmin::text FROM documents WHERE document_id = ANY(%s) ORDER BY 1",
                 ([document_id_for(p) for p in inbox.iterdir()],),
@@ -171,7 +221,6 @@ def test_an_unchanged_tick_reads_no_file_and_writes_no_state(instance, inbox, pg
 
     before = row_versions()
     monkeypatch.setattr(inbox_module, "file_sha256", no_reading)
-    monkeypatch.setattr(inbox_module, "why_not_a_document", no_reading)
     assert isinstance(tick(instance), dg.SkipReason)
     assert row_versions() == before and len(before) == 5
 
@@ -188,29 +237,29 @@ def test_the_state_an_older_version_kept_in_the_cursor_is_adopted_not_re_ingeste
     }
     edited.write_bytes(edited.read_bytes() + b"\n")
 
-    [request] = ingest_requests(tick(instance, json.dumps({"files": old_cursor})))
+    tick(instance, json.dumps({"files": old_cursor}))
 
-    assert request.partition_key == document_id_for(edited) and request.tags["vision_rag/change"] == "changed"
+    assert requested() == {document_id_for(edited)}
     assert known_files(inbox) == {bytes(unchanged), bytes(edited)}
 
 
 def test_changed_content_re_runs_the_same_partition(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # as if its run had ingested it
+        conn.execute("UPDATE documents SET state = 'ingested'")
     with pdf.open("ab") as handle:
         handle.write(b"\n% revised\n")
 
-    second = tick(instance)
+    tick(instance)
 
-    [request] = ingest_requests(second)
-    assert request.partition_key == document_id_for(pdf)
-    assert request.tags["vision_rag/change"] == "changed"
-    assert not requests(tick(instance))
+    assert requested() == {document_id_for(pdf)}
+    assert DocumentRegistry().content(document_id_for(pdf)) == pdf.read_bytes()
 
 
 def test_a_file_still_being_copied_starts_one_run_once_it_holds_still(instance, inbox, monkeypatch):
     """A slowly copied PDF used to start a run per tick, each on a partial file (5 failed runs before
-    one succeeded): now nothing runs until its size and mtime held still over one tick."""
+    one succeeded): now nothing is requested until its size and mtime held still over one tick."""
     monkeypatch.setenv(INBOX_SETTLE_ENV, "30")
     whole = PDF.read_bytes()
     copying = inbox / "slow.pdf"
@@ -221,13 +270,11 @@ def test_a_file_still_being_copied_starts_one_run_once_it_holds_still(instance, 
     with copying.open("ab") as handle:
         handle.write(whole[len(whole) // 3 :])
     result, cursor = tick_with_cursor(instance, cursor)
-    assert not requests(result), "it changed since the last tick: still no run"
+    assert not requested(), "it changed since the last tick: still no run"
     result, cursor = tick_with_cursor(instance, cursor)
-    [request] = ingest_requests(result)
-    assert request.partition_key == document_id_for(copying)
-    assert DocumentRegistry().content(request.partition_key) == whole, "the run reads the whole file"
-    result, cursor = tick_with_cursor(instance, cursor)
-    assert cursor is None and not requests(result)
+    assert requested() == {document_id_for(copying)}
+    assert DocumentRegistry().content(document_id_for(copying)) == whole, "the run reads the whole file"
+    assert cursor is None
 
 
 def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_holds_still(
@@ -235,47 +282,52 @@ def test_a_known_file_being_rewritten_is_neither_deleted_nor_re_run_until_it_hol
 ):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)
-    assert not requests(tick(instance)) and known_files(inbox) == {bytes(pdf)}
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # as if its run had ingested it
+        conn.execute("UPDATE documents SET state = 'ingested'")
     monkeypatch.setenv(INBOX_SETTLE_ENV, "30")
     pdf.write_bytes(PDF.read_bytes()[:100])  # truncated: the rewrite has begun
     result, cursor = tick_with_cursor(instance, None)
-    assert not requests(result), "no remove_document and no ingest of a half-written file"
+    assert not requests(result) and not requested(), "no remove_document and no ingest of a half-written file"
     pdf.write_bytes(PDF.read_bytes() + b"\n% revised\n")
     result, cursor = tick_with_cursor(instance, cursor)
-    assert not requests(result)
-    [request] = ingest_requests(tick_with_cursor(instance, cursor)[0])
-    assert request.tags["vision_rag/change"] == "changed"
+    assert not requested()
+    tick_with_cursor(instance, cursor)
+    assert requested() == {document_id_for(pdf)}
 
 
 NOT_A_DOCUMENT_DOCX = "a ZIP archive (a Word, Excel or PowerPoint file?), not an MHTML web archive or a PDF"
 
 
-def test_files_that_are_not_documents_are_skipped_with_a_reason_once_and_counted(instance, inbox, capfd):
+def test_files_that_are_not_documents_are_refused_with_a_reason_once_and_counted(instance, inbox, capfd):
+    """An empty PDF and a Word file renamed .pdf were ignored without a word: now each is named in
+    the tick's log once, refused with its reason in the registry (`vision-rag status` shows it as
+    any door's refusal), not read again while it stays as it is, and forgotten once it is gone."""
     (inbox / "notes.txt").write_text("hello")  # not named like a document: not looked at
     (inbox / ".partial.pdf").write_bytes(PDF.read_bytes())  # hidden: a download in progress
     (inbox / "empty.pdf").write_bytes(b"")
     (inbox / "report.pdf").write_bytes(b"PK\x03\x04" + bytes(200))  # a .docx renamed
     shutil.copy(PDF, inbox / "real.pdf")
 
-    result = tick(instance)
+    tick(instance)
 
-    [request] = ingest_requests(result)
-    assert request.partition_key == document_id_for(inbox / "real.pdf")
+    assert requested() == {document_id_for(inbox / "real.pdf")}
     said = capfd.readouterr().err  # the tick's log: the UI shows it under the tick
     assert f"skipped {inbox}/empty.pdf: empty file\n" in said
     assert f"skipped {inbox}/report.pdf: {NOT_A_DOCUMENT_DOCX}\n" in said
     assert f"3 files in {inbox}: 1 new, 0 changed, 0 deleted, 0 as before; 2 skipped (2 not documents" in said
-    rejections = DocumentRegistry().inbox_rejections(bytes(inbox))
-    assert {path: why.reason for path, why in rejections.items()} == {
-        bytes(inbox / "empty.pdf"): "empty file",
-        bytes(inbox / "report.pdf"): NOT_A_DOCUMENT_DOCX,
+    assert {
+        fate.path: fate.reason for fate in DocumentRegistry().summary().attention if fate.state == "refused"
+    } == {
+        str(inbox / "empty.pdf"): "empty.pdf: empty file",
+        str(inbox / "report.pdf"): f"report.pdf: {NOT_A_DOCUMENT_DOCX}",
     }
+    assert instance.get_dynamic_partitions(documents_partitions.name) == [document_id_for(inbox / "real.pdf")]
     again = tick(instance)
     assert isinstance(again, dg.SkipReason) and "2 skipped (2 not documents" in again.skip_message
     assert "skipped" not in capfd.readouterr().err, "said once, not every tick"
     (inbox / "empty.pdf").unlink()
-    tick(instance)
-    assert set(DocumentRegistry().inbox_rejections(bytes(inbox))) == {bytes(inbox / "report.pdf")}
+    assert not requests(tick(instance)), "a refused file leaves without a run"
+    assert set(fates("refused").values()) == {str(inbox / "report.pdf")}
 
 
 def test_a_missing_inbox_is_skipped_not_read_as_everything_deleted(instance, inbox):
@@ -312,7 +364,7 @@ def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instanc
     assert isinstance(delete, dg.DeleteDynamicPartitionsRequest) and delete.partition_keys == [document_id]
     [removal] = result.run_requests
     assert removal.job_name == "remove_document"
-    assert not requests(tick(instance)) and not known_files(inbox)  # requested once
+    assert not known_files(inbox) and not requests(tick(instance))  # requested once
     from vision_rag_pipeline.definitions import defs
 
     run = defs.resolve_job_def("remove_document").execute_in_process(
@@ -328,12 +380,12 @@ def test_links_out_of_the_inbox_are_skipped_and_never_touch_the_linked_document(
     cli_document = DocumentRegistry().register(outside)
     (inbox / "link.pdf").symlink_to(outside)
     (inbox / "sub").mkdir()
-    shutil.copy(PDF, inbox / "sub")
+    (inbox / "sub" / PDF.name).write_bytes(PDF.read_bytes() + b"\n% another\n")
     (inbox / "loop").symlink_to(inbox / "sub")  # a directory link, even inside: never walked
 
-    result = tick(instance)
+    tick(instance)
 
-    assert {r.partition_key for r in ingest_requests(result)} == {document_id_for(inbox / "sub" / PDF.name)}
+    assert requested() == {cli_document.document_id, document_id_for(inbox / "sub" / PDF.name)}
     assert sorted(scan_inbox(inbox, {}).skipped) == [
         f"{inbox}/link.pdf: links out of the inbox (to {outside})",
         f"{inbox}/loop: directory links are not followed",
@@ -343,18 +395,26 @@ def test_links_out_of_the_inbox_are_skipped_and_never_touch_the_linked_document(
     assert DocumentRegistry().get(cli_document.document_id).abs_path == str(outside)
 
 
-def test_a_link_inside_the_inbox_is_its_own_document(instance, inbox):
+def test_identical_bytes_under_two_paths_are_one_document_with_both_paths_recorded(instance, inbox):
+    """A second copy (here a link inside the inbox) is recorded as a duplicate of the first: one
+    partition, one set of chunks; deleting it drops only its record."""
     pdf = Path(shutil.copy(PDF, inbox))
     (inbox / "alias.pdf").symlink_to(pdf)
 
-    result = tick(instance)
+    tick(instance)
 
     alias_id = document_id_for(inbox / "alias.pdf", resolve=False)
-    assert {r.partition_key for r in ingest_requests(result)} == {document_id_for(pdf), alias_id}
-    assert DocumentRegistry().get(alias_id).abs_path == str(inbox / "alias.pdf")
+    assert requested() == {document_id_for(pdf)}
+    assert instance.get_dynamic_partitions(documents_partitions.name) == [document_id_for(pdf)]
+    [alias] = DocumentRegistry().fates([alias_id])
+    assert (alias.state, alias.duplicate_of, alias.path) == (
+        "duplicate",
+        document_id_for(pdf),
+        str(inbox / "alias.pdf"),
+    )
     (inbox / "alias.pdf").unlink()
-    [removal] = requests(tick(instance))
-    assert removal.tags["vision_rag/document_id"] == alias_id  # the file it pointed at stays
+    assert not requests(tick(instance)), "no removal run: the document stays, under its own path"
+    assert not DocumentRegistry().fates([alias_id]) and requested() == {document_id_for(pdf)}
 
 
 FILE_NAMES = st.binary(min_size=1, max_size=60).filter(
@@ -367,16 +427,17 @@ FILE_NAMES = st.binary(min_size=1, max_size=60).filter(
 def test_any_file_name_is_ingested_and_removed(instance, inbox, stem):
     path = bytes(inbox) + b"/" + stem + b".pdf"
     with open(path, "wb") as handle:
-        handle.write(PDF.read_bytes()[:4096])  # sniffed by its header; the sensor never parses it
+        handle.write(PDF.read_bytes()[:4096] + stem)  # sniffed by its header; the sensor never parses it
 
-    [request] = ingest_requests(tick(instance))
+    tick(instance)
 
-    registered = DocumentRegistry().get(request.partition_key)
+    document_id = document_id_for(path, resolve=False)
+    assert document_id in requested()
+    registered = DocumentRegistry().get(document_id)
     assert os.fsencode(registered.abs_path) == path
-    assert request.tags["vision_rag/inbox_file"] == registered.source_path
     os.unlink(path)
     [removal] = requests(tick(instance))
-    assert removal.tags["vision_rag/document_id"] == request.partition_key
+    assert removal.run_config["ops"]["remove_document_rows"]["config"]["document_id"] == document_id
 
 
 # --- version sensor ---------------------------------------------------------------------------------------

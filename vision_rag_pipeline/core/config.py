@@ -34,6 +34,7 @@ ES_URL_ENV = "VISION_RAG_ES_URL"
 INBOX_ENV = "VISION_RAG_INBOX"
 EXECUTOR_ENV = "VISION_RAG_EXECUTOR"
 INGEST_WORKERS_ENV = "VISION_RAG_INGEST_WORKERS"
+MAX_BATCH_ENV = "VISION_RAG_MAX_BATCH"  # documents per run at most (batches of documents requested together)
 # Set (to 1/true/yes) where more than one host runs the pipeline: a Kubernetes run launcher, several
 # code servers. The deploy/ Helm values set it in every pod.
 MULTI_NODE_ENV = "VISION_RAG_MULTI_NODE"
@@ -487,6 +488,12 @@ def ingest_workers() -> int | None:
     """Worker processes of `vision-rag ingest` (`VISION_RAG_INGEST_WORKERS`), or None: the default."""
     configured = os.environ.get(INGEST_WORKERS_ENV)
     return int(configured) if configured else None
+
+
+def max_batch_documents(default: int) -> int:
+    """Documents one run takes at most (`VISION_RAG_MAX_BATCH`), else `default`."""
+    configured = os.environ.get(MAX_BATCH_ENV)
+    return max(1, int(configured)) if configured else default
 
 
 def executor_choice() -> str:

@@ -21,6 +21,7 @@ from vision_rag_pipeline.defs.indexes import (
     reindex_job,
     reindex_schedule,
 )
+from vision_rag_pipeline.defs.intake import ingest_requests
 from vision_rag_pipeline.defs.io_manager import PostgresAssetIOManager
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
 from vision_rag_pipeline.defs.resources import (
@@ -80,7 +81,7 @@ defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=[no_orphan_rows],
     jobs=[ingest_document_job, reenrich_job, remove_document_job, reindex_job, audit_indexes_job],
-    sensors=[inbox_sensor, version_sensor, audit_after_index_changes],
+    sensors=[ingest_requests, inbox_sensor, version_sensor, audit_after_index_changes],
     schedules=[reindex_schedule],
     executor=_executor(),
     resources={

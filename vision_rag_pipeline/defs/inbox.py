@@ -1,6 +1,11 @@
 """The inbox sensor: drop an MHTML or PDF file in the inbox and it is ingested; change it and it is
 re-ingested; delete it and it disappears from the partitions and every index.
 
+The inbox is one of the doors of `defs/intake.py`: a new or changed file is requested there like any
+other's (recorded as a duplicate when another document has its bytes), and the `ingest_requests`
+sensor turns the requests into runs. This sensor requests the `remove_document` runs of deleted
+files itself.
+
 Its state is the registry table (one row per file: size, mtime, sha256), not its cursor: a tick over an
 unchanged inbox reads no file contents and writes nothing, however many files it holds. A file is
 re-ingested only when its hash changed, and only once it stopped changing: its size and mtime held
@@ -8,18 +13,16 @@ still over one tick, or nothing wrote to it for `VISION_RAG_INBOX_SETTLE_SECONDS
 tick interval).
 
 A tick takes at most `VISION_RAG_SENSOR_RUNS_PER_TICK` files (new, changed or deleted; oldest first)
-and none while that many of its runs still wait in the queue: a drop of 100,000 files is taken over
-the following ticks, each well within Dagster's 60 s, instead of one tick that times out after
-registering everything and leaves no run behind. A file's bytes are registered in the tick that
-requests its run, but the state that marks it seen is written by the next tick, which runs only once
-Dagster stored this one's run requests with its cursor (`accepted` in the cursor): a tick Dagster
-did not accept leaves its files new or changed, and the next takes them again.
+and none while that many of its requests still wait for a run: a drop of 100,000 files is taken over
+the following ticks, each well within Dagster's 60 s, instead of one tick that times out. A new or
+changed file's request is a row of the registry, written in the tick that reads it: it stands
+whether or not Dagster stores the tick. A deletion's state is dropped by the next tick, which runs
+only once Dagster stored this one's `remove_document` requests with its cursor (`accepted`).
 
 A file named like a document that is not one (empty, a Word file renamed `.pdf`) gets one line in
-the tick's log when first seen, and its reason in the registry (`inbox_rejections`), where `vision-rag
-status` reads it; it is not read again while it stays as it is. Each tick says how many files it saw
-and how many it skipped. The sensor targets both jobs it requests, `ingest_document` and
-`remove_document` (Dagster refuses a RunRequest for a job the sensor does not declare).
+the tick's log when first seen, and is refused in the registry with its reason, where `vision-rag
+status` reads it as it reads every door's; it is not read again while it stays as it is. Each tick
+says how many files it saw and how many it skipped.
 """
 
 import json
@@ -35,7 +38,7 @@ from vision_rag_pipeline.core.config import (
     sensor_runs_per_tick,
 )
 from vision_rag_pipeline.defs.documents import RemoveDocumentConfig, remove_document_job
-from vision_rag_pipeline.defs.jobs import ingest_document_job
+from vision_rag_pipeline.defs.intake import request_files
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.documents.inbox import InboxScan, scan_inbox
@@ -45,12 +48,11 @@ MAX_LOGGED = 20  # lines of one kind per tick: name a few, count the rest
 INTERVAL_SECONDS = sensor_interval_seconds(30)
 FILES_PER_TICK = sensor_runs_per_tick(200)
 SENSOR_NAME = "inbox_sensor"
-WAITING_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 
 
 @dg.sensor(
     name=SENSOR_NAME,
-    jobs=[ingest_document_job, remove_document_job],
+    jobs=[remove_document_job],
     minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches VISION_RAG_INBOX (default $VISION_RAG_HOME/inbox): new or changed MHTML/PDF files "
@@ -77,9 +79,7 @@ def inbox_sensor(
         registry.record_inbox({p: s for p, s in _cursor_state(cursor).items() if p not in known})
         known = registry.inbox_files(root)
     rejected_before = registry.inbox_rejections(root)
-    waiting_runs = context.instance.get_runs_count(
-        dg.RunsFilter(statuses=WAITING_STATUSES, tags={"dagster/sensor_name": SENSOR_NAME})
-    )
+    waiting_runs = registry.waiting("inbox")  # its requests no run has taken yet
     budget = max(0, FILES_PER_TICK - waiting_runs)
     scan = scan_inbox(
         inbox,
@@ -103,62 +103,56 @@ def inbox_sensor(
         for path in scan.restated
         if path not in known or known[path].state.sha256 != scan.files[path].sha256
     }
-    touched = {known[path].document_id: scan.files[path] for path in scan.restated if path not in changed}
-    if touched:  # same bytes, new mtime: recorded now, so the next tick does not hash them again
-        registry.commit_inbox_states(touched)
     gone = [entry for path, entry in known.items() if path not in scan.files]
     deleted = [entry.document_id for entry in gone[: max(0, budget - len(changed))]]
-    ids = registry.store_inbox_copies(changed) if changed else {}
+    # New, changed and touched files (same bytes, new mtime: recorded, so the next tick does not hash
+    # them again) go through the one way in.
+    if scan.restated:
+        request_files(
+            context.instance,
+            scan.restated,
+            "inbox",
+            context.repository_def.asset_graph,
+            versions=False,
+            inbox_states=scan.files,
+            resolve=False,
+        )
+    for fate in registry.fates(deleted) if deleted else []:
+        if fate.state == "duplicate":  # no partition and no rows of its own: forgotten here, no run
+            registry.forget(fate.document_id)
+            deleted.remove(fate.document_id)
 
     summary = _summary(inbox, scan, changed, len(deleted), len(gone) - len(deleted), waiting_runs)
-    accepted = {
-        "seen": {ids[path]: list(scan.files[path]) for path in changed},
-        "gone": deleted,
-    }
     state = {
         "settling": {path.hex(): list(seen) for path, seen in scan.settling.items()},
-        "accepted": accepted if changed or deleted else {},
+        "accepted": {"gone": deleted} if deleted else {},
     }
     state = {key: value for key, value in state.items() if value}
     if state or context.cursor:
         context.update_cursor(json.dumps(state) if state else None)
 
-    # No run keys: a file's state is committed once its request was accepted, so each change is
-    # requested once, and a run key would swallow a file deleted and later added back with the same bytes.
+    # No run keys: a deletion's state is committed once its request was accepted, so it is requested
+    # once, and a run key would swallow a file deleted and later added back with the same bytes.
     run_requests = [
-        dg.RunRequest(
-            job_name=ingest_document_job.name,
-            partition_key=ids[path],
-            tags={"vision_rag/inbox_file": display_path(path), "vision_rag/change": change},
-        )
-        for path, change in changed.items()
-    ] + [
         dg.RunRequest(
             job_name=remove_document_job.name,
             run_config=dg.RunConfig(
                 ops={"remove_document_rows": RemoveDocumentConfig(document_id=document_id)}
             ),
-            tags={"vision_rag/document_id": document_id},
         )
         for document_id in deleted
     ]
     if not run_requests:
         return dg.SkipReason(summary)
     context.log.info(summary)
-    partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
-    if changed:  # adding a partition that exists is a no-op, so a changed file is covered too
-        partition_requests.append(documents_partitions.build_add_request([ids[path] for path in changed]))
-    if deleted:
-        partition_requests.append(documents_partitions.build_delete_request(deleted))
-    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests)
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[documents_partitions.build_delete_request(deleted)],
+    )
 
 
 def _commit_accepted(registry: DocumentRegistry, accepted: dict) -> None:
     """What the previous tick requested, now that Dagster stored its requests (and so this cursor)."""
-    if accepted.get("seen"):
-        registry.commit_inbox_states(
-            {doc_id: FileState(*state) for doc_id, state in accepted["seen"].items()}
-        )
     if accepted.get("gone"):
         registry.leave_inbox(accepted["gone"])
 
@@ -171,7 +165,8 @@ def _summary(
     deletions_waiting: int,
     waiting_runs: int,
 ) -> str:
-    """One line: what the tick saw, what it requested, what it skipped and what waits."""
+    """One line: what the tick saw, what it requested (the ingest_requests sensor runs the new and
+    changed files), what it skipped and what waits."""
     new = sum(1 for change in changed.values() if change == "new")
     not_documents = len(scan.rejected) + len(scan.rejected_unchanged)
     parts = [
@@ -185,7 +180,7 @@ def _summary(
     if scan.waiting or deletions_waiting:
         parts.append(
             f"{scan.waiting + deletions_waiting} waiting for the next ticks (at most {FILES_PER_TICK} a tick; "
-            f"{waiting_runs} runs of this sensor queued)"
+            f"{waiting_runs} of its requests wait for a run)"
         )
     return "; ".join(parts)
 

@@ -17,7 +17,7 @@ from vision_rag_pipeline.defs.checks import (
     rows_match_chunks,
 )
 from vision_rag_pipeline.defs.documents import remove_document_job
-from vision_rag_pipeline.defs.partitions import documents_partitions
+from vision_rag_pipeline.defs.partitions import batch_check, documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase, LexicalIndexResource, RagConfigResource
 from vision_rag_pipeline.embeddings.model import ChunkEmbeddings
 from vision_rag_pipeline.enrichment.batch import EnrichmentBatch
@@ -36,38 +36,36 @@ from vision_rag_pipeline.indexes.reindex import reindex
 )
 def pgvector_index(
     context: dg.AssetExecutionContext,
-    document_chunks: list[Chunk],
-    chunk_embeddings: ChunkEmbeddings,
-    image_enrichments: EnrichmentBatch,
+    document_chunks: dict[str, list[Chunk]],
+    chunk_embeddings: dict[str, ChunkEmbeddings],
+    image_enrichments: dict[str, EnrichmentBatch],
     index_db: IndexDatabase,
     lexical: LexicalIndexResource,
 ) -> dg.MaterializeResult:
     # The lexical index must answer before either index changes: `lexical_index` runs beside this
-    # step, so a damaged one would otherwise fail the run after this step wrote the document's new
-    # rows, leaving the two indexes holding different versions of it. Here it fails before, and the
+    # step, so a damaged one would otherwise fail the run after this step wrote the documents' new
+    # rows, leaving the two indexes holding different versions of them. Here it fails before, and the
     # run leaves both as they were (its error names the repair).
-    lexical.open().count(context.partition_key)
-    store = index_db.vector_store(chunk_embeddings.dim)
-    images = [
-        (image_enrichments.results[c.metadata["image_sha256"]], chunk_embeddings.vectors[i])
-        for i, c in enumerate(document_chunks)
-        if c.kind == "image"
-        and "image_excerpt" not in c.metadata  # one rag_images row per image: its Meta-Content chunk
-        and c.metadata.get("image_sha256") in image_enrichments.results
-    ]
-    store.replace_document(
-        context.partition_key, document_chunks, chunk_embeddings.vectors, images, chunk_embeddings.model
-    )
-    rows = store.count(context.partition_key)
-    return dg.MaterializeResult(
-        metadata={
-            "rows": rows,
-            "image_rows": len(images),
-            "dim": chunk_embeddings.dim,
-            "model": chunk_embeddings.model,
-        },
-        check_results=[rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, rows, len(document_chunks))],
-    )
+    lexical.open().count(next(iter(document_chunks)))
+    checks = {}
+    for key, chunks in document_chunks.items():
+        embedded, enriched = chunk_embeddings[key], image_enrichments[key]
+        store = index_db.vector_store(embedded.dim)
+        images = [
+            (enriched.results[c.metadata["image_sha256"]], embedded.vectors[i])
+            for i, c in enumerate(chunks)
+            if c.kind == "image"
+            and "image_excerpt" not in c.metadata  # one rag_images row per image: its Meta-Content chunk
+            and c.metadata.get("image_sha256") in enriched.results
+        ]
+        store.replace_document(key, chunks, embedded.vectors, images, embedded.model)
+        rows = store.count(key)
+        context.add_asset_metadata(
+            {"rows": rows, "image_rows": len(images), "dim": embedded.dim, "model": embedded.model},
+            partition_key=key,
+        )
+        checks[key] = rows_match_chunks(PGVECTOR_ROWS_MATCH_CHUNKS, rows, len(chunks))
+    return dg.MaterializeResult(check_results=[batch_check(checks)])
 
 
 @dg.asset(
@@ -78,15 +76,16 @@ def pgvector_index(
     description="BM25 index of the same chunks (tantivy on disk by default, Elasticsearch when configured).",
 )
 def lexical_index(
-    context: dg.AssetExecutionContext, document_chunks: list[Chunk], lexical: LexicalIndexResource
+    context: dg.AssetExecutionContext, document_chunks: dict[str, list[Chunk]], lexical: LexicalIndexResource
 ) -> dg.MaterializeResult:
     index = lexical.open()
-    index.replace_document(context.partition_key, [LexicalDoc.of(c) for c in document_chunks])
-    rows = index.count(context.partition_key)
-    return dg.MaterializeResult(
-        metadata={"rows": rows},
-        check_results=[rows_match_chunks(LEXICAL_ROWS_MATCH_CHUNKS, rows, len(document_chunks))],
-    )
+    checks = {}
+    for key, chunks in document_chunks.items():
+        index.replace_document(key, [LexicalDoc.of(c) for c in chunks])
+        rows = index.count(key)
+        context.add_asset_metadata({"rows": rows}, partition_key=key)
+        checks[key] = rows_match_chunks(LEXICAL_ROWS_MATCH_CHUNKS, rows, len(chunks))
+    return dg.MaterializeResult(check_results=[batch_check(checks)])
 
 
 class ReindexConfig(dg.Config):

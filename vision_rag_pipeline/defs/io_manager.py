@@ -5,10 +5,16 @@ loads what a run on another stored: a `reenrich` run loads raw_documents, extrac
 image_verdicts that the ingest run may have materialized elsewhere. Nothing is kept on a local disk.
 The embedded default uses the same code on the embedded Postgres.
 
-One run per document at a time: before a step of a run stores or loads a document partition's
-value, the run takes the document's lease (`document_runs`), held until Dagster reports the run
-finished (or its process gone). A second run of the document, whether launched by the daemon, the
-UI or the CLI in another process, waits in its first step instead of interleaving with the first.
+A run covers one document partition or a range of them (a batch); a partitioned asset's value is
+always `{partition key: that document's value}`, stored and loaded one row per document.
+
+One run per document at a time: before a step of a run stores or loads a document's value, the run
+takes the document's lease in the registry (documents/registry.py), all of its documents in
+partition order, held until Dagster reports the run finished or the process executing it is gone
+(this process renews its leases while it lives). A second run of the document, whether launched by
+the daemon, the UI or the CLI in another process, waits in its first step instead of interleaving
+with the first. A run found holding a lease after its process died is marked failed and its
+concurrency slots freed, whoever finds it.
 
 Values are keyed by run: a run reads its own upstream value when it produced one, else the latest
 stored (a `reenrich` run loads what the last ingest stored). Holding the lease, a run that stores a
@@ -16,20 +22,27 @@ value deletes the other runs' values of that asset and partition, so the table k
 asset and document. Values are pickled, as Dagster's own IO managers do. An op's output (no asset
 key) is keyed by run and step, as Dagster's default does, and dropped after `OP_VALUE_DAYS`. Unlike
 the filesystem IO manager it logs no debug line per input and output: each is a run event Dagster
-stores one write at a time (~40 events per ingest run).
+stores one write at a time.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import pickle
 import threading
 import time
+from collections.abc import Sequence
 
 import dagster as dg
 
 from vision_rag_pipeline.core.postgres import connect, database_url, ensure_schema
 from vision_rag_pipeline.defs.resources import IndexDatabase
-from vision_rag_pipeline.defs.run_owner import PID_TAG, owner_alive
+from vision_rag_pipeline.documents.registry import (
+    LEASE_SECONDS,
+    DocumentRegistry,
+    process_gone,
+    this_process,
+)
 
 OP_VALUE_DAYS = 7
 LEASE_POLL_SECONDS = 1.0
@@ -53,14 +66,10 @@ DO $$ BEGIN
         ALTER TABLE asset_values ADD PRIMARY KEY (asset_key, partition_key, run_id);
     END IF;
 END $$;
-CREATE TABLE IF NOT EXISTS document_runs (
-    partition_key text PRIMARY KEY,
-    run_id text NOT NULL,
-    since timestamptz NOT NULL DEFAULT now()
-);
 """
 _held: set[tuple[str, str]] = set()  # (partition, run) leases this process knows its runs hold
 _held_lock = threading.Lock()
+_renewing: list[threading.Thread] = []
 
 
 class PostgresAssetIOManager(dg.ConfigurableIOManager):
@@ -74,96 +83,151 @@ class PostgresAssetIOManager(dg.ConfigurableIOManager):
         return url
 
     def handle_output(self, context: dg.OutputContext, obj: object) -> None:
-        asset_key, partition_key = _row_key(context)
         url = self._url()
-        run_id = context.run_id if (partition_key or not context.has_asset_key) else ""
-        if partition_key:
-            hold_document(partition_key, run_id, context.step_context.instance, context.log, url)
-        with connect(url) as conn:
-            conn.execute(
+        if not context.has_asset_key:  # an op's output: kept a few days, keyed by run and step
+            self._store(url, "op:" + "/".join(context.get_identifier()), {"": obj}, context.run_id)
+            return
+        asset_key = context.asset_key.to_user_string()
+        if not context.has_asset_partitions:
+            self._store(url, asset_key, {"": obj}, "")
+            return
+        keys = list(context.asset_partition_keys)
+        hold_documents(keys, context.run_id, context.step_context.instance, context.log, url)
+        if obj is None:  # the indexes' assets: their rows are the value, nothing to store here
+            return
+        if not isinstance(obj, dict) or set(obj) != set(keys):
+            raise TypeError(f"{asset_key}: expected {{partition: value}} for the partitions {keys}")
+        self._store(url, asset_key, obj, context.run_id)
+
+    @staticmethod
+    def _store(url: str, asset_key: str, values: dict[str, object], run_id: str) -> None:
+        rows = [
+            (asset_key, key, run_id, pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+            for key, value in values.items()
+        ]
+        with connect(url) as conn, conn.cursor() as cursor:
+            cursor.executemany(
                 "INSERT INTO asset_values (asset_key, partition_key, run_id, value) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (asset_key, partition_key, run_id) DO UPDATE"
                 " SET value = EXCLUDED.value, stored_at = now()",
-                (asset_key, partition_key, run_id, pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)),
+                rows,
             )
-            if partition_key:  # superseded: no other run of this document runs while we hold its lease
-                conn.execute(
-                    "DELETE FROM asset_values WHERE asset_key = %s AND partition_key = %s AND run_id <> %s",
-                    (asset_key, partition_key, run_id),
-                )
-            elif not context.has_asset_key:
-                conn.execute(
+            if asset_key.startswith("op:"):
+                cursor.execute(
                     "DELETE FROM asset_values WHERE asset_key LIKE 'op:%%'"
                     " AND stored_at < now() - make_interval(days => %s)",
                     (OP_VALUE_DAYS,),
                 )
+            elif run_id:  # superseded: no other run of these documents runs while we hold their leases
+                cursor.execute(
+                    "DELETE FROM asset_values WHERE asset_key = %s AND partition_key = ANY(%s) AND run_id <> %s",
+                    (asset_key, list(values), run_id),
+                )
 
     def load_input(self, context: dg.InputContext) -> object:
-        asset_key, partition_key = _row_key(context)
         url = self._url()
         run_id = context.step_context.run_id
-        if partition_key:
-            hold_document(partition_key, run_id, context.instance, context.log, url)
+        if not context.has_asset_key:
+            return self._load(url, "op:" + "/".join(context.get_identifier()), [""], run_id)[""]
+        asset_key = context.asset_key.to_user_string()
+        if not context.has_asset_partitions:
+            return self._load(url, asset_key, [""], run_id)[""]
+        keys = list(context.asset_partition_keys)
+        hold_documents(keys, run_id, context.instance, context.log, url)
+        return self._load(url, asset_key, keys, run_id)
+
+    @staticmethod
+    def _load(url: str, asset_key: str, keys: Sequence[str], run_id: str) -> dict[str, object]:
         with connect(url) as conn:
             # this run's own value first, else the latest stored (by an earlier run)
-            row = conn.execute(
-                "SELECT value FROM asset_values WHERE asset_key = %s AND partition_key = %s"
-                " ORDER BY run_id = %s DESC, stored_at DESC LIMIT 1",
-                (asset_key, partition_key, run_id),
-            ).fetchone()
-        if row is None:
-            what = f"{asset_key} partition {partition_key}" if partition_key else asset_key
+            rows = conn.execute(
+                "SELECT DISTINCT ON (partition_key) partition_key, value FROM asset_values"
+                " WHERE asset_key = %s AND partition_key = ANY(%s)"
+                " ORDER BY partition_key, run_id = %s DESC, stored_at DESC",
+                (asset_key, list(keys), run_id),
+            ).fetchall()
+        values = {key: pickle.loads(value) for key, value in rows}
+        missing = [key for key in keys if key not in values]
+        if missing:
+            what = f"{asset_key} partition {', '.join(missing[:3])}" if missing != [""] else asset_key
             raise KeyError(f"no stored value for {what}; materialize it first")
-        return pickle.loads(row[0])
+        return {key: values[key] for key in keys}
 
 
-def _row_key(context: dg.InputContext | dg.OutputContext) -> tuple[str, str]:
-    if not context.has_asset_key:
-        return "op:" + "/".join(context.get_identifier()), ""
-    partition = context.asset_partition_key if context.has_asset_partitions else ""
-    return context.asset_key.to_user_string(), partition
-
-
-def hold_document(
-    partition_key: str, run_id: str, instance: dg.DagsterInstance, log: object, url: str | None = None
+def hold_documents(
+    partition_keys: Sequence[str],
+    run_id: str,
+    instance: dg.DagsterInstance,
+    log: object,
+    url: str | None = None,
 ) -> None:
-    """Take the document's lease for `run_id`, waiting while another unfinished run holds it. A lease
-    passes on when Dagster reports its run finished, or the process running it is gone (a killed CLI
-    run that nothing marked failed yet); it is never released by hand, so a crash cannot leak it."""
-    if (partition_key, run_id) in _held:
+    """Take the documents' leases for `run_id`, in the order given (partition order: two runs of
+    overlapping ranges never wait for each other), waiting while another unfinished run holds one.
+    A lease passes on when Dagster reports its run finished, or the process running it is gone;
+    it is never released by hand, so a crash cannot leak it."""
+    wanted = [key for key in partition_keys if (key, run_id) not in _held]
+    if not wanted:
         return
-    url = url or database_url()
-    ensure_schema(_SCHEMA, url)
+    registry = DocumentRegistry(url or database_url())
+    me = this_process()
+    for key in wanted:
+        _hold(registry, key, run_id, me, instance, log)
+        with _held_lock:
+            _held.add((key, run_id))
+    _keep_renewing(registry, me)
+
+
+def _hold(
+    registry: DocumentRegistry, key: str, run_id: str, me: str, instance: dg.DagsterInstance, log: object
+) -> None:
     waited_for = None
-    while True:
-        with connect(url) as conn:
-            holder = conn.execute(
-                "INSERT INTO document_runs (partition_key, run_id) VALUES (%s, %s)"
-                " ON CONFLICT (partition_key) DO UPDATE SET partition_key = EXCLUDED.partition_key"
-                " RETURNING run_id",
-                (partition_key, run_id),
-            ).fetchone()[0]
-            if holder != run_id and _run_over(instance, holder):
-                taken = conn.execute(
-                    "UPDATE document_runs SET run_id = %s, since = now() WHERE partition_key = %s AND run_id = %s",
-                    (run_id, partition_key, holder),
-                ).rowcount
-                holder = run_id if taken else holder
-        if holder == run_id:
-            with _held_lock:
-                _held.add((partition_key, run_id))
+    while not registry.take_lease(key, run_id, me):
+        lease = registry.lease(key)
+        if lease is None:  # not registered (raw_documents says so) or forgotten meanwhile
             return
-        if waited_for != holder:
-            log.info(f"{partition_key}: waiting for run {holder} of this document to finish")  # type: ignore[attr-defined]
-            waited_for = holder
+        holder = instance.get_run_by_id(lease.run_id)
+        gone = process_gone(lease.owner, lease.renewed_at, dt.datetime.now(dt.UTC))
+        if holder is None or holder.is_finished or gone:
+            if holder is not None and not holder.is_finished:
+                abandon_run(instance, holder, f"the process executing it ({lease.owner}) is gone")
+            if registry.take_lease(key, run_id, me, holder=lease.run_id):
+                return
+            continue
+        if waited_for != lease.run_id:
+            log.info(f"{key}: waiting for run {lease.run_id} of this document to finish")  # type: ignore[attr-defined]
+            waited_for = lease.run_id
         time.sleep(LEASE_POLL_SECONDS)
 
 
-def _run_over(instance: dg.DagsterInstance, run_id: str) -> bool:
-    run = instance.get_run_by_id(run_id)
-    if run is None or run.is_finished:
-        return True
-    return PID_TAG in run.tags and not owner_alive(run.tags)
+def abandon_run(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
+    """Mark a run whose process is gone failed and give back the concurrency slots it held (a
+    killed run's `vision_model` slots would otherwise block every later run)."""
+    run = instance.get_run_by_id(run.run_id) or run
+    if not run.is_finished:
+        instance.report_run_failed(run, f"Marked failed by vision-rag (process {this_process()}): {why}.")
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def _keep_renewing(registry: DocumentRegistry, me: str) -> None:
+    """One thread per process renews its leases while the process lives (another host tells a
+    live holder from a dead one by these renewals)."""
+    with _held_lock:
+        if _renewing:
+            return
+
+        def renew() -> None:
+            while True:
+                time.sleep(LEASE_SECONDS / 4)
+                try:
+                    registry.renew(me)
+                except Exception:  # the database is away: the next renewal tries again
+                    continue
+
+        thread = threading.Thread(target=renew, name="vision-rag-lease-renewal", daemon=True)
+        _renewing.append(thread)
+        thread.start()
 
 
 def delete_partition_values(partition_key: str, url: str | None = None) -> int:
@@ -171,5 +235,4 @@ def delete_partition_values(partition_key: str, url: str | None = None) -> int:
     url = url or database_url()
     ensure_schema(_SCHEMA, url)
     with connect(url) as conn:
-        conn.execute("DELETE FROM document_runs WHERE partition_key = %s", (partition_key,))
         return conn.execute("DELETE FROM asset_values WHERE partition_key = %s", (partition_key,)).rowcount

@@ -1,45 +1,53 @@
-"""Ingest files through the Dagster asset graph: one dynamic partition and one run per document.
+"""Execute requested documents' runs in this process (or a few spawned worker processes), as the
+CLI and `vision-rag serve` do when no Dagster daemon serves the instance; and the local instance.
 
-Each run executes in-process (`execute_in_process`) inside one of a few spawned worker processes
-(two by default, `VISION_RAG_INGEST_WORKERS`; with one, in this process), each of which loads the
-models once. The runs go to the Dagster instance in DAGSTER_HOME, so they show up in the UI exactly
-like runs launched from it.
+The runs are those the daemon would launch (defs/intake.py plans them: one run per batch of
+documents requested together) and go to the Dagster instance in DAGSTER_HOME, so they show up in
+the UI exactly like runs launched from it. Workers are spawned processes (two by default,
+`VISION_RAG_INGEST_WORKERS`; with one, the runs stay in this process), each of which loads the models
+once; their batches are cut so that each worker has work. What a run made of its documents is
+recorded by the process that executed it (`record_outcome`), and the report is read back from the
+registry and the runs' materializations, as for runs the daemon executed.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
-import hashlib
 import multiprocessing
 import os
-import re
 import signal
 import sys
 import threading
 import time
-from collections import Counter
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 
 import dagster as dg
 import fasteners
 import yaml
-from dagster._utils.error import SerializableErrorInfo  # the type of a step failure's error: no public name
 from pydantic import BaseModel, Field
 
 from vision_rag_pipeline.core.config import config_in_effect, dagster_home, ingest_workers
-from vision_rag_pipeline.core.postgres import quiet_embedded_server_notice
-from vision_rag_pipeline.core.sniff import sniff_document_kind
+from vision_rag_pipeline.core.terminal import quiet_library_noise
 from vision_rag_pipeline.defs.enrichment import VISION_POOL
+from vision_rag_pipeline.defs.intake import (
+    Arrival,
+    Batch,
+    claim_key,
+    daemon_serves,
+    plan_batches,
+    reconcile,
+    record_outcome,
+    request_files,
+    wait_for_documents,
+)
 from vision_rag_pipeline.defs.local_storage import HOME_SUBDIRS
-from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import load_embedding_model
-from vision_rag_pipeline.defs.run_owner import owner_tags, reclaim_orphaned_runs
-from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
+from vision_rag_pipeline.documents.registry import DocumentRegistry, Fate, this_process
 
 _LOCAL_INSTANCE_HEADER = "# Written by vision-rag for the embedded default"
 # The local instance; the repo root's dagster.yaml holds the same settings, for `dagster dev` run
@@ -50,9 +58,9 @@ telemetry:
   enabled: false
 nux:
   enabled: false
-# The daemon launches queued runs (inbox, version sensor, backfills, UI) every second, from threads:
-# a run launched through a code server (not to the warm workers below) waits for its process to
-# start, and one at a time left the queue draining slower than the runs finished.
+# The daemon launches queued runs (requested documents, the version sensor, the UI) every second,
+# from threads: a run launched through the code server waits for its process to start, and one at a
+# time left the queue draining slower than the runs finished.
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
@@ -60,11 +68,6 @@ run_coordinator:
     dequeue_interval_seconds: 1
     dequeue_use_threads: true
     dequeue_num_workers: 4
-# Runs of this project execute in a pool of warm worker processes of the daemon (one per core, each
-# ~0.7 GB, kept until 10 minutes idle) rather than a new process per run (defs/warm_launcher.py).
-run_launcher:
-  module: vision_rag_pipeline.defs.warm_launcher
-  class: WarmRunLauncher
 # Sensors tick in threads of their own: a long inbox tick (a drop of thousands of files) delays
 # neither the version sensor nor the audit sensor.
 sensors:
@@ -72,7 +75,9 @@ sensors:
   num_workers: 4
 concurrency:
   runs:
-    max_concurrent_runs: 4  # beyond the workers, launched runs wait in the launcher (STARTING)
+    # Each run is a process of its own (Dagster's default launcher, ~0.7 GB) working a batch of the
+    # documents requested together: one per core.
+    max_concurrent_runs: 2
   pools:
     default_limit: 2  # bounds the `vision_model` pool: simultaneous vision-model enrichment steps
 # Dagster's SQLite layout, with engines kept between calls
@@ -125,7 +130,10 @@ class FailedFile(BaseModel):
     error: str
 
 
-class _Counts(BaseModel):
+class IngestReport(BaseModel):
+    documents: int = 0  # files now indexed: ingested, unchanged or duplicates of an indexed document
+    unchanged: int = 0  # of `documents`: bytes and settings as at their last successful run, so not run
+    duplicates: int = 0  # of `documents`: the same bytes as another document, indexed once under it
     images: int = 0
     images_ignored: int = 0
     images_enriched: int = 0
@@ -136,11 +144,6 @@ class _Counts(BaseModel):
     ocr_languages: dict[str, int] = Field(default_factory=dict)  # images read with each Tesseract language
     # images whose provider call fell back to the offline path, by reason ("vision: timeout": 3)
     fallbacks: dict[str, int] = Field(default_factory=dict)
-
-
-class IngestReport(_Counts):
-    documents: int = 0
-    unchanged: int = 0  # of `documents`: bytes and settings as at their last successful run, so not run
     failed: list[FailedFile] = Field(default_factory=list)
     interrupted: bool = False  # Ctrl-C or SIGTERM: the documents not in `documents` are in `failed`
     seconds: float = 0.0
@@ -157,9 +160,17 @@ def language_warnings(languages: Iterable[str]) -> list[str]:
     return [model] if model else []
 
 
+_instance_made = threading.Lock()  # the file lock below is per process: threads take this one first
+
+
 @cache
 def dagster_instance() -> dg.DagsterInstance:
     """The instance in DAGSTER_HOME (default `$VISION_RAG_HOME/dagster`), created on first use."""
+    with _instance_made:
+        return _make_instance()
+
+
+def _make_instance() -> dg.DagsterInstance:
     home = dagster_home()
     os.environ["DAGSTER_HOME"] = str(home)
     with instance_lock(home):
@@ -222,17 +233,8 @@ def write_local_instance_config(home: Path) -> None:
     os.replace(partial, config)
 
 
-class DocumentOutcome(_Counts):
-    """What one document's run produced (picklable: it crosses from a worker process)."""
-
-    path: str
-    document_id: str
-    error: str | None = None
-    interrupted: bool = False
-
-
 def default_workers() -> int:
-    """Two runs at once keep both cores busy: one document's OCR overlaps another's bookkeeping."""
+    """Two runs at once keep both cores busy: one batch's OCR overlaps another's bookkeeping."""
     return ingest_workers() or min(2, os.cpu_count() or 1)
 
 
@@ -242,126 +244,193 @@ def ingest_paths(
     workers: int | None = None,
     verbose: bool = False,
     force: bool = False,
+    door: str = "cli",
 ) -> IngestReport:
-    """Register each file as a partition and materialize the asset graph for it, one run each.
+    """Request the files through the one way in (defs/intake.py), then see their runs through: a
+    daemon serving the instance runs them and this waits; otherwise they run here.
 
     A file whose bytes and settings are those of its partition's last complete run is counted as
-    unchanged and launches no run (unless `force`). The others run biggest first: with several
-    workers in that many spawned processes (each loads the models once), with one in this process.
-    Runs left behind by killed processes are failed first, so their pool slots cannot block these.
-    On Ctrl-C no further document starts, the running ones are interrupted (Dagster fails their
-    runs) and the report says which finished.
+    unchanged and launches no run (unless `force`). On Ctrl-C no further batch starts, the running
+    ones are interrupted (Dagster fails their runs) and the report says which finished.
     """
+    from vision_rag_pipeline.defs.definitions import defs
+
     started = time.perf_counter()
-    report = IngestReport()
     instance = dagster_instance()
-    with instance_lock(dagster_home()):
-        orphans = reclaim_orphaned_runs(instance)
-    if orphans:
-        progress(f"marked {len(orphans)} run(s) of killed vision-rag processes failed and freed their slots")
-    readable: dict[str, str] = {}
-    for path in paths:
-        reason = _unreadable_reason(Path(path))
-        if reason:
-            report.failed.append(FailedFile(path=path, error=reason))
-            progress(f"FAILED {reason}")
-        else:
-            readable[path] = document_id_for(path)
-    known = set(instance.get_dynamic_partitions(documents_partitions.name))
-    workers = max(1, min(workers or default_workers(), len(readable)))
-    with ExitStack() as stack:
-        # a new file runs for sure: its workers load their models while the others are checked
-        early = force or any(doc_id not in known for doc_id in readable.values())
-        pool = stack.enter_context(_started_pool(workers)) if early else None
-        if early and pool is None:  # the runs are in this process: the model loads beside the first one
-            threading.Thread(target=load_embedding_model, name="load-embedding-model", daemon=True).start()
-        unchanged = set() if force else _unchanged(instance, readable, known)
-        for path in (p for p in readable if p in unchanged):  # in the order given
-            report.documents += 1
-            report.unchanged += 1
-            progress(f"unchanged {path} ({readable[path]})")
-        # biggest first: a large document started last would leave the other workers idle at the end
-        todo = sorted((p for p in readable if p not in unchanged), key=lambda p: -Path(p).stat().st_size)
-        if not early and todo:
-            workers = max(1, min(workers, len(todo)))
-            pool = stack.enter_context(_started_pool(workers))
-        registry = DocumentRegistry()
-        accepted = [(path, registry.register(path).document_id) for path in todo]
-        instance.add_dynamic_partitions(documents_partitions.name, sorted({doc_id for _, doc_id in accepted}))
-        remaining = _run_documents(accepted, pool, workers, verbose, lambda o: _merge(report, o, progress))
-    for path, _ in remaining:
-        report.failed.append(FailedFile(path=path, error=f"{Path(path).name}: not started (interrupted)"))
-    if remaining:
-        progress(f"not started (interrupted): {len(remaining)} document(s)")
-    report.interrupted = report.interrupted or bool(remaining)
-    report.warnings = language_warnings(report.languages)
+    taken = reconcile(instance)  # before its files are requested again: a killed ingest's runs end first
+    if taken:
+        progress(f"marked {taken} run(s) of killed vision-rag processes failed and freed their slots")
+    arrivals = request_files(instance, paths, door, defs.resolve_asset_graph(), force=force)
+    for arrival in arrivals:
+        if arrival.outcome == "unchanged":
+            progress(f"unchanged {arrival.path} ({arrival.document_id})")
+        elif arrival.outcome == "duplicate":
+            progress(f"duplicate {arrival.path}: the same bytes as {arrival.duplicate_of}, indexed once")
+        elif arrival.outcome == "refused":
+            progress(f"FAILED {arrival.reason}")
+    requested = list(dict.fromkeys(a.document_id for a in arrivals if a.outcome == "requested"))
+    show = _progress_lines(progress)
+    ran: dict[str, str] = {}
+    interrupted = False
+    if requested and daemon_serves(instance):
+        progress(
+            f"the Dagster daemon runs {len(requested)} document(s); waiting (Ctrl-C stops waiting, not them)"
+        )
+        try:
+            wait_for_documents(instance, requested, lambda fates: show(fates, None))
+        except KeyboardInterrupt:
+            interrupted = True
+    elif requested:
+        interrupted, ran = run_requested(instance, requested, workers, verbose, show)
+    report = ingest_report(instance, arrivals, ran)
+    report.interrupted = report.interrupted or interrupted
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
 
-def _unchanged(instance: dg.DagsterInstance, documents: dict[str, str], known: set[str]) -> set[str]:
-    """The paths (of {path: document id}; `known`: the partitions that exist) whose partition's last
-    complete run read these bytes with the settings in effect now, into the index database in use
-    now (it holds the same bytes)."""
-    from vision_rag_pipeline.defs.definitions import defs
-    from vision_rag_pipeline.defs.jobs import PER_DOCUMENT
-    from vision_rag_pipeline.defs.versions import up_to_date_partitions
+def _progress_lines(progress: Callable[[str], None]) -> Callable[[list[Fate], bool | None], None]:
+    """A progress callback printing each document once, as it ends: ok (its fate says ingested, or
+    the run executed here for it succeeded), or FAILED with its reason."""
+    said: set[str] = set()
 
-    candidates = {path: doc_id for path, doc_id in documents.items() if doc_id in known}
-    if not candidates:
-        return set()
-    stored = DocumentRegistry().content_sha256(candidates.values())
-    shas = {
-        doc_id: sha
-        for path, doc_id in candidates.items()
-        if (sha := hashlib.sha256(Path(path).read_bytes()).hexdigest()) == stored.get(doc_id)
-    }
-    fresh = up_to_date_partitions(instance, defs, PER_DOCUMENT, shas) if shas else set()
-    return {path for path, doc_id in candidates.items() if doc_id in fresh}
+    def show(fates: list[Fate], run_succeeded: bool | None) -> None:
+        for fate in fates:
+            ok = fate.state == "ingested" or run_succeeded is True
+            if fate.document_id in said or not (ok or fate.state == "failed"):
+                continue
+            said.add(fate.document_id)
+            progress(f"ok {fate.path} ({fate.document_id})" if ok else f"FAILED {fate.reason}")
+
+    return show
 
 
-def _run_documents(
-    items: list[tuple[str, str]],
+def run_requested(
+    instance: dg.DagsterInstance,
+    document_ids: Sequence[str] | None,
+    workers: int | None = None,
+    verbose: bool = False,
+    on_change: Callable[[list[Fate], bool | None], None] = lambda *_: None,
+) -> tuple[bool, dict[str, str]]:
+    """Claim the requested documents among `document_ids` (None: every requested one) and execute
+    their batches here, at most `workers` at a time, until none of them is requested any more (a
+    run lost or failed for a reason not the document's own is requested again, after a pause).
+    Returns whether an interrupt stopped it (batches not started because of one are recorded failed,
+    "not started"), and {document: the run executed here that ingested it}."""
+    registry = DocumentRegistry()
+    owner = this_process()
+    pending_key = claim_key(owner, "pending")
+    ingested: dict[str, str] = {}
+
+    def done(batch: Batch, run_id: str) -> None:
+        run = instance.get_run_by_id(run_id)
+        succeeded = run is not None and run.status == dg.DagsterRunStatus.SUCCESS
+        if succeeded:
+            ingested.update(dict.fromkeys(batch.documents, run_id))
+        on_change(registry.fates(batch.documents), succeeded)
+
+    while True:
+        reconcile(instance, registry)
+        claimed = registry.claim(pending_key, document_ids)
+        if not claimed:
+            due = registry.next_due(document_ids)
+            if due is None and document_ids is not None:  # runs of others (queued, running): wait for them
+                due = (
+                    1.0
+                    if any(f.state in ("queued", "running") for f in registry.fates(document_ids))
+                    else None
+                )
+            if due is None:
+                return False, ingested
+            time.sleep(min(max(due, 0.1), 30.0))
+            continue
+        count = max(1, min(workers or default_workers(), len(claimed)))
+        runs: list[tuple[Batch, str]] = []
+        for batch in plan_batches(instance, claimed, parts=count):
+            run_id = str(uuid.uuid4())
+            registry.name_run(dict.fromkeys(batch.documents, claim_key(owner, run_id)), pending_key)
+            runs.append((batch, run_id))
+        with _started_pool(min(count, len(runs))) as pool:
+            remaining, stopped = _run_batches(runs, pool, count, verbose, done)
+        for batch, run_id in remaining:
+            for fate in registry.fates(batch.documents):
+                why = f"{Path(fate.path).name}: not started (interrupted)"
+                registry.finish([claim_key(owner, run_id)], [fate.document_id], "failed", why)
+            on_change(registry.fates(batch.documents), None)
+        if stopped:
+            return True, ingested
+
+
+def _run_batches(
+    runs: list[tuple[Batch, str]],
     pool: ProcessPoolExecutor | None,
     workers: int,
     verbose: bool,
-    record: Callable[[DocumentOutcome], None],
-) -> list[tuple[str, str]]:
-    """Run each document, at most `workers` at a time (none waits in a queue, so none starts after an
-    interrupt); returns the documents not started because of one."""
-    pending = list(reversed(items))
+    done: Callable[[Batch, str], None],
+) -> tuple[list[tuple[Batch, str]], bool]:
+    """Run each batch, at most `workers` at a time (none waits in a queue, so none starts after an
+    interrupt); returns the batches not started because of one, and whether one came."""
+    pending = list(reversed(runs))
     with _stop_requests() as stop:
         if pool is None:
             while pending and not stop.is_set():
-                outcome = run_document(*pending.pop(), verbose=verbose)  # Dagster interrupts a running one
-                record(outcome)
-                if outcome.interrupted:
+                batch, run_id = pending.pop()
+                if run_batch(batch, run_id, verbose):  # Dagster interrupts a running one
                     stop.set()
-            return pending[::-1]
-        running: dict[Future[DocumentOutcome], tuple[str, str]] = {}
+                done(batch, run_id)
+            return pending[::-1], stop.is_set()
+        running: dict[Future[bool], tuple[Batch, str]] = {}
         forwarded = False
         while running or (pending and not stop.is_set()):
             while pending and not stop.is_set() and len(running) < workers:
-                item = pending.pop()
-                running[pool.submit(run_document, *item, verbose=verbose)] = item
-            done, _ = wait(running, timeout=STOP_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                batch, run_id = pending.pop()
+                running[pool.submit(run_batch, batch, run_id, verbose)] = (batch, run_id)
+            finished, _ = wait(running, timeout=STOP_POLL_SECONDS, return_when=FIRST_COMPLETED)
             if stop.is_set() and not forwarded:  # Ctrl-C reached the workers too; a signal sent here did not
                 for child in multiprocessing.active_children():
                     with suppress(ProcessLookupError):
                         os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
                 forwarded = True
-            for future in done:
-                outcome = _outcome(future, *running.pop(future))
-                record(outcome)
-                if outcome.interrupted:
-                    stop.set()
-        return pending[::-1]
+            for future in finished:
+                batch, run_id = running.pop(future)
+                with suppress(Exception):  # a dead worker's run is taken over by reconcile, as any lost run
+                    if future.result():
+                        stop.set()
+                done(batch, run_id)
+        return pending[::-1], stop.is_set()
+
+
+def run_batch(batch: Batch, run_id: str, verbose: bool = False) -> bool:
+    """Execute one batch's run in this process and record what it made of its documents; returns
+    whether it was interrupted."""
+    from vision_rag_pipeline.defs.definitions import defs
+
+    instance = dagster_instance()
+    registry = DocumentRegistry()
+    claim = claim_key(this_process(), run_id)
+    single = batch.documents[0] if len(batch.documents) == 1 else None
+    result = defs.resolve_job_def(batch.job).execute_in_process(
+        instance=instance,
+        run_id=run_id,
+        partition_key=single,
+        tags=None if single else batch.tags(),
+        raise_on_error=False,
+        run_config=console_config(verbose),
+    )
+    if not result.success and _was_interrupted(result):
+        for fate in registry.fates(batch.documents):
+            why = f"{Path(fate.path).name}: interrupted before it finished"
+            registry.finish([run_id, claim], [fate.document_id], "failed", why)
+        return True
+    run = instance.get_run_by_id(run_id)
+    if run is not None:
+        record_outcome(instance, registry, run, claim=claim)
+    return False
 
 
 @contextmanager
 def _stop_requests() -> Iterator[threading.Event]:
     """An event Ctrl-C and SIGTERM set, rather than raising KeyboardInterrupt in the middle of the
-    bookkeeping between runs. Off the main thread (the HTTP API's ingest thread) signals are not ours."""
+    bookkeeping between runs. Off the main thread (`serve`'s runner) signals are not ours."""
     stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -374,67 +443,112 @@ def _stop_requests() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
-def _outcome(future: Future[DocumentOutcome], path: str, document_id: str) -> DocumentOutcome:
-    try:
-        return future.result()
-    except Exception as exc:  # the worker process died (killed, out of memory) or could not run the document
-        return DocumentOutcome(
-            path=path, document_id=document_id, error=f"{Path(path).name}: {exception_line(exc)}"
-        )
+def _was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    names = {cls.__name__ for cls in INTERRUPTED}
+    for event in result.all_events:
+        error = None
+        if event.is_step_failure and event.step_failure_data:
+            error = event.step_failure_data.error
+        elif event.event_type == dg.DagsterEventType.RUN_FAILURE and event.job_failure_data:
+            error = event.job_failure_data.error
+        while error is not None:
+            if error.cls_name in names:
+                return True
+            error = error.cause
+    return False
 
 
-def exception_line(exc: BaseException) -> str:
-    """`Type: first line of the message`: what the terminal shows of an unexpected exception; a
-    full disk says so first, with the file it could not write."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return str(exc) if str(exc).startswith("disk full") else f"disk full: {exc.filename or exc}"
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+def ingest_report(
+    instance: dg.DagsterInstance, arrivals: list[Arrival], ran: dict[str, str] | None = None
+) -> IngestReport:
+    """What became of each file, from the registry, with the counts each run's materializations
+    recorded: the same for runs executed here and by the daemon. `ran`: {document: the run executed
+    here that ingested it} (its fate may have moved on since: the file was requested again)."""
+    report = IngestReport()
+    fates = {fate.document_id: fate for fate in DocumentRegistry().fates([a.document_id for a in arrivals])}
+    ingested: dict[str, str] = {}
+    for arrival in {a.path: a for a in arrivals}.values():  # a path given twice is one file
+        fate = fates.get(arrival.document_id)
+        if arrival.document_id in (ran or {}):
+            report.documents += 1
+            ingested[arrival.document_id] = (ran or {})[arrival.document_id]
+            continue
+        if arrival.outcome == "refused":
+            report.failed.append(FailedFile(path=arrival.path, error=arrival.reason or "refused"))
+        elif arrival.outcome in ("unchanged", "duplicate"):
+            report.documents += 1
+            report.unchanged += arrival.outcome == "unchanged"
+            report.duplicates += arrival.outcome == "duplicate"
+        elif fate is not None and fate.state == "ingested":
+            report.documents += 1
+            if fate.run_id:
+                ingested[arrival.document_id] = fate.run_id
+        else:
+            why = (
+                fate.reason if fate else None
+            ) or f"{Path(arrival.path).name}: {fate.state if fate else 'lost'}"
+            report.failed.append(FailedFile(path=arrival.path, error=why))
+            report.interrupted = report.interrupted or "interrupted" in why
+    for counts in document_counts(instance, ingested).values():
+        for key, value in counts.items():
+            if isinstance(value, dict):
+                _merge(getattr(report, key), value)
+            else:
+                setattr(report, key, getattr(report, key) + value)
+    report.warnings = language_warnings(report.languages)
+    return report
 
 
-def _interrupted(path: str, document_id: str) -> DocumentOutcome:
-    error = f"{Path(path).name}: interrupted before it finished"
-    return DocumentOutcome(path=path, document_id=document_id, error=error, interrupted=True)
+# what each asset's materialization metadata says, as the report's counts: {asset: {count: metadata key}}
+_COUNTED = {
+    "extracted_images": {"images": "images"},
+    "image_verdicts": {"images_ignored": "ignore"},
+    "image_enrichments": {
+        "images_enriched": "enriched",
+        "enrichment_calls": "enrichment_calls",
+        "cache_hits": "cache_hits",
+        "fallbacks": "fallback_reasons",
+    },
+    "document_chunks": {"chunks": "chunks", "languages": "languages"},
+}
 
 
-def _merge(report: IngestReport, outcome: DocumentOutcome, progress: Callable[[str], None]) -> None:
-    report.interrupted = report.interrupted or outcome.interrupted
-    if outcome.error:
-        report.failed.append(FailedFile(path=outcome.path, error=outcome.error))
-        progress(f"FAILED {outcome.error}")
-        return
-    report.documents += 1
-    for field in (
-        "images",
-        "images_ignored",
-        "images_enriched",
-        "enrichment_calls",
-        "cache_hits",
-        "chunks",
-    ):
-        setattr(report, field, getattr(report, field) + getattr(outcome, field))
-    for language, count in outcome.languages.items():
-        report.languages[language] = report.languages.get(language, 0) + count
-    for language, count in outcome.ocr_languages.items():
-        report.ocr_languages[language] = report.ocr_languages.get(language, 0) + count
-    for reason, count in outcome.fallbacks.items():
-        report.fallbacks[reason] = report.fallbacks.get(reason, 0) + count
-    progress(f"ok {outcome.path} ({outcome.document_id})")
+def document_counts(instance: dg.DagsterInstance, runs: dict[str, str]) -> dict[str, dict]:
+    """{document: its counts} from what its run ({document: run id}) recorded on each materialization
+    of it; `ocr_languages` counts images per language (a set read with eng+rus counts for both)."""
+    counts: dict[str, dict] = {}
+    for run_id in set(runs.values()):
+        records = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+        for record in records:
+            event = record.asset_materialization
+            if event is None or runs.get(event.partition or "") != run_id:
+                continue
+            asset = event.asset_key.to_user_string()
+            meta = {key: getattr(value, "value", value) for key, value in event.metadata.items()}
+            mine = counts.setdefault(event.partition or "", {})
+            for count, key in _COUNTED.get(asset, {}).items():
+                value = meta.get(key) or ({} if key in ("fallback_reasons", "languages") else 0)
+                if isinstance(value, dict):
+                    _merge(mine.setdefault(count, {}), value)
+                else:
+                    mine[count] = mine.get(count, 0) + value
+            for languages, images in (meta.get("ocr_languages") or {}).items():
+                _merge(mine.setdefault("ocr_languages", {}), dict.fromkeys(languages.split("+"), images))
+    return counts
 
 
-def quiet_library_noise() -> None:
-    """Keep the terminal for our own lines: the missing XDG_RUNTIME_DIR notice and the model-loading
-    progress bar say nothing a user can act on. (Dagster's preview and beta notices about our
-    definitions are silenced where they arise, by message: defs/checks.py, defs/definitions.py.)"""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    quiet_embedded_server_notice()
+def _merge(total: dict[str, int], more: dict[str, int]) -> None:
+    for key, count in more.items():
+        total[key] = total.get(key, 0) + count
 
 
 @contextmanager
 def _started_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     """`workers` spawned processes, already starting (None for one worker: runs stay in this process)."""
-    if workers == 1:
+    if workers <= 1:
+        threading.Thread(target=load_embedding_model, name="load-embedding-model", daemon=True).start()
         yield None
         return
     share = max(1, (os.cpu_count() or 1) // workers)
@@ -454,12 +568,12 @@ def _init_worker(threads: int, parent: int) -> None:
     oversubscribe) and load what every run needs (Dagster definitions, the embedding model: ~9 s)
     before the first one."""
     die_with_parent(parent)
-    # Ctrl-C reaches the whole process group: a worker between documents ignores it, and during one
+    # Ctrl-C reaches the whole process group: a worker between runs ignores it, and during one
     # Dagster's own handler interrupts the run (so it fails cleanly, freeing its pool slots).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["VISION_RAG_THREADS"] = str(threads)
     quiet_library_noise()
-    with suppress(Exception):  # reported by each document's run, as below
+    with suppress(Exception):  # reported by each run, as below
         from vision_rag_pipeline.defs.definitions import defs  # noqa: F401  (imported for its load time)
     load_embedding_model()
 
@@ -472,91 +586,3 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
-
-
-def run_document(path: str, document_id: str, verbose: bool = False) -> DocumentOutcome:
-    """Materialize the whole asset graph for one registered document in this process."""
-    from vision_rag_pipeline.defs.definitions import defs
-
-    result = defs.resolve_job_def("ingest_document").execute_in_process(
-        instance=dagster_instance(),
-        partition_key=document_id,
-        raise_on_error=False,
-        run_config=console_config(verbose),
-        tags=owner_tags(),
-    )
-    if not result.success:
-        if _was_interrupted(result):
-            return _interrupted(path, document_id)
-        error = failure_reason(result)
-        if Path(path).name not in error:
-            error = f"{Path(path).name}: {error}"
-        return DocumentOutcome(path=path, document_id=document_id, error=error)
-    verdicts = result.output_for_node("image_verdicts")
-    batch = result.output_for_node("image_enrichments")
-    chunks = result.output_for_node("document_chunks")
-    return DocumentOutcome(
-        path=path,
-        document_id=document_id,
-        images=len(result.output_for_node("extracted_images")),
-        images_ignored=sum(v.verdict == "IGNORE" for v in verdicts),
-        images_enriched=len(batch.results),
-        enrichment_calls=batch.calls,
-        cache_hits=batch.cache_hits,
-        fallbacks=batch.fallbacks,
-        chunks=len(chunks),
-        languages=Counter(c.metadata["language"] for c in chunks if c.metadata.get("language")),
-        ocr_languages=Counter(lang for r in batch.results.values() for lang in r.ocr.languages),
-    )
-
-
-def _unreadable_reason(path: Path) -> str | None:
-    if not path.exists():
-        return f"{path}: no such file"
-    if not path.is_file():
-        return f"{path}: not a file"
-    if sniff_document_kind(path) is None:
-        return f"{path.name}: not an MHTML web archive or a PDF"
-    return None
-
-
-def _failures(result: dg.ExecuteInProcessResult) -> Iterator[tuple[SerializableErrorInfo, str]]:
-    """The errors that failed the run and where: each failed step's, then the run's own."""
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            yield event.step_failure_data.error, f"in {event.step_key}"
-    for event in result.all_events:
-        if event.event_type == dg.DagsterEventType.RUN_FAILURE and event.job_failure_data.error:
-            yield event.job_failure_data.error, "in the Dagster run, outside the assets"
-
-
-def failure_reason(result: dg.ExecuteInProcessResult) -> str:
-    """The exception behind the first failed step, on one line; else the one that failed the run
-    outside any step (Dagster's own storage, for instance). The full traces stay in the run's events."""
-    for error, where in _failures(result):
-        return f"{_one_line(error)} ({where})"
-    return "run failed"
-
-
-def _was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
-    return any(
-        cause.cls_name in {cls.__name__ for cls in INTERRUPTED}
-        for error, _ in _failures(result)
-        for cause in _causes(error)
-    )
-
-
-def _causes(error: SerializableErrorInfo | None) -> Iterator[SerializableErrorInfo]:
-    while error is not None:
-        yield error
-        error = error.cause
-
-
-def _one_line(error: SerializableErrorInfo) -> str:
-    """The innermost cause's message, first line, without its (module-qualified) class name."""
-    *_, error = _causes(error)
-    message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
-    message = re.sub(rf"^(?:[\w.]+\.)?{re.escape(error.cls_name)}: ", "", message)
-    if "No space left on device" in message and not message.startswith("disk full"):
-        return f"disk full: {message}"
-    return message

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import dagster as dg
 from dagster import DagsterEventType
@@ -149,14 +149,13 @@ def code_versions(config: RagConfig | None = None) -> dict[str, str]:
     }
 
 
-DATA_VERSION_TAG = "dagster/data_version"
 _FETCH_BATCH = 500
 
 
 class Recorded(NamedTuple):
     storage_id: int  # of the latest materialization: changes with every new one
     version: str | None  # its code version; None when it was made before versioning
-    data_version: str | None = None  # raw_documents: the sha256 of the bytes it read
+    sha256: str | None = None  # raw_documents: the sha256 of the bytes it read (its metadata)
 
 
 def recorded_versions(
@@ -167,36 +166,37 @@ def recorded_versions(
         asset_key, DagsterEventType.ASSET_MATERIALIZATION, partitions
     )
     storage_ids = sorted(latest.values())
-    tags_by_id: dict[int, dict[str, str]] = {}
+    seen: dict[int, tuple[str | None, str | None]] = {}  # storage id -> (code version, sha256)
     for start in range(0, len(storage_ids), _FETCH_BATCH):
         batch = storage_ids[start : start + _FETCH_BATCH]
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset_key, storage_ids=batch), limit=len(batch)
         ).records
-        tags_by_id.update({r.storage_id: dict(r.asset_materialization.tags or {}) for r in records})
+        for record in records:
+            event = record.asset_materialization
+            sha256 = event.metadata.get("sha256")
+            seen[record.storage_id] = (
+                (event.tags or {}).get(CODE_VERSION_TAG),
+                sha256.value if isinstance(sha256, dg.TextMetadataValue) else None,
+            )
     return {
-        partition: Recorded(
-            storage_id,
-            tags_by_id.get(storage_id, {}).get(CODE_VERSION_TAG),
-            tags_by_id.get(storage_id, {}).get(DATA_VERSION_TAG),
-        )
+        partition: Recorded(storage_id, *seen.get(storage_id, (None, None)))
         for partition, storage_id in latest.items()
     }
 
 
 def up_to_date_partitions(
     instance: dg.DagsterInstance,
-    defs: dg.Definitions,
+    assets: Any,  # Dagster's asset graph: Definitions.resolve_asset_graph(), a sensor's repository_def's
     selection: dg.AssetSelection,
     file_sha256: dict[str, str],
 ) -> set[str]:
     """The partitions (given with their file's sha256 now) that materializing `selection` would not change.
 
     Dagster's own notion of fresh: each asset was materialized after each of its parents, with the
-    code version in effect now, and the first asset's data version is the file's sha256. A run that
+    code version in effect now, and the first asset read the file's sha256 (its metadata). A run that
     failed or was killed half-way leaves an asset older than its parent, so that partition runs again.
     """
-    assets = defs.resolve_asset_graph()
     keys = selection.resolve(assets)
     current = {dg.AssetKey(name): version for name, version in code_versions().items()}
     parents = {key: assets.get(key).parent_keys & keys for key in keys}
@@ -207,7 +207,7 @@ def up_to_date_partitions(
         return all(
             (record := latest[key]) is not None
             and (key not in current or record.version == current[key])
-            and (parents[key] or record.data_version == sha256)
+            and (parents[key] or record.sha256 == sha256)
             and all(
                 (up := latest[parent]) is not None and up.storage_id < record.storage_id
                 for parent in parents[key]

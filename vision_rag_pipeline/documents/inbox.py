@@ -1,7 +1,7 @@
 """The inbox directory: which MHTML/PDF files are in it, their content hashes, and why a file named
 like a document is not one.
 
-A file is read (sniffed and hashed) only when its size or mtime moved since the state it was last
+A file is read (hashed) only when its size or mtime moved since the state it was last
 seen in; an unchanged inbox costs one `stat` per file. A file still being written is left alone: one
 whose size and mtime moved is read only once they held still over one tick (the previous scan saw
 the same, `settling`) or its mtime is at least `settle_ns` old (nothing wrote to it for that long),
@@ -61,7 +61,7 @@ def scan_inbox(
     rejected: Mapping[bytes, Observed] | None = None,
     max_reads: int | None = None,
 ) -> InboxScan:
-    """Every MHTML/PDF file under `inbox` (by name and by its bytes) with its state.
+    """Every MHTML/PDF file under `inbox` (by name) with its state.
 
     `known` is the state each file was last seen in: a file whose size and mtime did not move keeps
     its known state unread. `settling` is what the previous scan saw of files that were changing; a

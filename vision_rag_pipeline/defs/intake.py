@@ -1,0 +1,476 @@
+"""One way in: every door registers its files in the document registry and requests the same runs.
+
+The doors are `vision-rag ingest`, `POST /upload`, the inbox sensor and `vision-rag backfill`; each
+calls `request_files` (or `request_documents` for documents already registered). A file no run
+could ingest (missing, empty, not an MHTML or PDF) is refused there with a one-line reason; a
+file whose bytes another registered document already has is recorded as that document's duplicate
+(one set of chunks, both paths); an unchanged file (the same bytes, every asset materialized with
+the code versions in effect) is left as it is; the rest are registered (their bytes copied into the
+index database), get their partition, and are `requested` (documents/registry.py).
+
+Requested documents become Dagster runs of `ingest_document` (or `reenrich`) in batches: documents
+requested together sit next to each other in the partition order, and a batch is one run over that
+partition range, so a run's start (a process, imports, the embedding model) is paid per batch.
+
+- Under a Dagster daemon, the `ingest_requests` sensor claims requested documents and returns one
+  `RunRequest` per batch: the daemon's queue and launcher run them. `vision-rag ingest` waits for
+  them and shows their progress.
+- Without a daemon, the process that requested them (`vision-rag ingest`, `vision-rag serve`)
+  claims them and executes the same batches in-process (defs/runner.py).
+
+Whoever executes a run, `record_outcome` reads the finished run from the instance and records each
+document's fate: ingested; failed with the one-line reason of the step that failed; requested again
+when the run was lost (its process killed: `abandon_run`) up to `MAX_ATTEMPTS`, or when a batch
+failed on another document (the document named by the `Failure` fails alone, the others run again;
+a batch failing without naming one is run again one document per run). `reconcile` does this for
+every unfinished document, and is the one recovery mechanism: the sensor calls it on every tick,
+the CLI and `serve` before they execute anything and while they wait.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import BaseModel
+
+from vision_rag_pipeline.core.config import inbox_dir, max_batch_documents, sensor_interval_seconds
+from vision_rag_pipeline.core.sniff import why_not_a_document
+from vision_rag_pipeline.defs.io_manager import abandon_run
+from vision_rag_pipeline.defs.jobs import PER_DOCUMENT, ingest_document_job, reenrich_job
+from vision_rag_pipeline.defs.partitions import FAILED_DOCUMENTS, documents_partitions
+from vision_rag_pipeline.defs.resources import IndexDatabase
+from vision_rag_pipeline.defs.versions import up_to_date_partitions
+from vision_rag_pipeline.documents.inbox import file_sha256
+from vision_rag_pipeline.documents.registry import (
+    UNFINISHED,
+    Claimed,
+    DocumentRegistry,
+    FileState,
+    display_path,
+    document_id_for,
+    process_gone,
+)
+
+# documents per run: a batch's values sit in memory together in each step (VISION_RAG_MAX_BATCH)
+MAX_BATCH_DOCUMENTS = max_batch_documents(20)
+MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
+MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
+RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
+MAX_CLAIMED_PER_TICK = 500
+STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
+REQUEST_INTERVAL_SECONDS = sensor_interval_seconds(5)
+DAEMON_HEARTBEAT_SECONDS = 60  # a daemon whose heartbeat is older serves nothing
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+RUN_KEY_TAG = "dagster/run_key"
+LOCAL_CLAIM = "local"  # run key prefix of a batch claimed by a process to execute itself
+JOBS = {job.name: job for job in (ingest_document_job, reenrich_job)}
+
+Outcome = Literal["requested", "unchanged", "duplicate", "refused"]
+
+
+class Arrival(BaseModel):
+    """What a door made of one file."""
+
+    path: str
+    document_id: str
+    outcome: Outcome
+    reason: str | None = None  # refused: why, one line
+    duplicate_of: str | None = None  # duplicate: the document holding the same bytes
+
+
+class Batch(BaseModel):
+    """Documents of one run: a single partition, or a range of consecutive partitions."""
+
+    job: str
+    documents: list[str]  # in partition order
+    size: int = 0  # bytes of their files
+
+    def tags(self) -> dict[str, str]:
+        """Dagster's own partition tags: one partition, or the range of a batch."""
+        if len(self.documents) == 1:
+            return {"dagster/partition": self.documents[0]}
+        return {RANGE_START_TAG: self.documents[0], RANGE_END_TAG: self.documents[-1]}
+
+
+def unreadable_reason(path: str | bytes | Path) -> str | None:
+    """Why no run could ingest the file (one line naming it), or None. Reads its first bytes only."""
+    file = Path(os.fsdecode(path))
+    if not file.exists():
+        return f"{display_path(path)}: no such file"
+    if not file.is_file():
+        return f"{display_path(path)}: not a file"
+    name = display_path(file.name)
+    try:
+        why = why_not_a_document(file)
+    except OSError as exc:
+        return f"{name}: cannot read ({exc.strerror or exc})"
+    return f"{name}: {why}" if why else None
+
+
+def request_files(
+    instance: dg.DagsterInstance,
+    paths: Sequence[str | bytes],
+    door: str,
+    asset_graph: Any,
+    *,
+    force: bool = False,
+    versions: bool = True,
+    inbox_states: Mapping[bytes, FileState] | None = None,
+    resolve: bool = True,
+) -> list[Arrival]:
+    """Register each file and request a run of `ingest_document` for those that need one (every
+    readable one with `force`); returns what became of each, in order. `asset_graph`: Dagster's
+    (`defs.resolve_asset_graph()`, a sensor's `repository_def.asset_graph`), which says whether a
+    file's partition is up to date; `versions=False`: the same bytes as stored are enough (the inbox:
+    the version sensor answers setting changes). `inbox_states`: what the
+    inbox sensor saw of its files (`resolve=False`: an inbox link is its own document); a file the
+    CLI or an upload puts in the inbox is recorded as seen there too, so the sensor never takes it
+    for a new file."""
+    registry = DocumentRegistry()
+    inbox = os.fsencode(inbox_dir()) + b"/"
+    seen: dict[str | bytes, tuple[str, str, FileState | None]] = {}  # path -> (id, sha256, inbox state)
+    arrivals: dict[str | bytes, Arrival] = {}
+    for path in dict.fromkeys(paths):  # a path given twice is one file
+        state = (inbox_states or {}).get(os.fsencode(path))
+        document_id = document_id_for(path, resolve=resolve)
+        reason = unreadable_reason(path)
+        if reason is None:
+            try:
+                sha256 = state.sha256 if state else file_sha256(path)
+            except OSError as exc:
+                reason = f"{display_path(Path(os.fsdecode(path)).name)}: cannot read ({exc.strerror or exc})"
+        if reason is not None:
+            registry.refuse(path, door, reason, inbox_state=state, resolve=resolve)
+            arrivals[path] = Arrival(
+                path=display_path(path), document_id=document_id, outcome="refused", reason=reason
+            )
+            continue
+        if state is None and _absolute(path, resolve).startswith(inbox):
+            stat = os.stat(path)
+            state = FileState(stat.st_size, stat.st_mtime_ns, sha256)
+        seen[path] = (document_id, sha256, state)
+    stored = registry.content_sha256(document_id for document_id, _, _ in seen.values())
+    same = {document_id: sha for document_id, sha, _ in seen.values() if stored.get(document_id) == sha}
+    # the same bytes as a run is already asked for or working on: that request stands, as it is
+    under_way = {fate.document_id for fate in registry.fates(same) if fate.state in UNFINISHED}
+    same = {document_id: sha for document_id, sha in same.items() if document_id not in under_way}
+    if force or not same:
+        unchanged: set[str] = set()
+    else:
+        unchanged = (
+            up_to_date_partitions(instance, asset_graph, PER_DOCUMENT, same) if versions else set(same)
+        )
+    request = uuid.uuid4().hex[:12]
+    requested: list[str] = []
+    for path, (document_id, sha256, state) in seen.items():
+        if document_id in under_way:
+            if state:
+                registry.seen_in_inbox(document_id, state)
+            arrivals[path] = Arrival(path=display_path(path), document_id=document_id, outcome="requested")
+            continue
+        if document_id in unchanged:
+            if state:
+                registry.seen_in_inbox(document_id, state)
+            arrivals[path] = Arrival(path=display_path(path), document_id=document_id, outcome="unchanged")
+            continue
+        owner = None if document_id in stored else registry.content_owner(sha256, other_than=document_id)
+        if owner:
+            registry.record_duplicate(path, door, owner, inbox_state=state, resolve=resolve)
+            arrivals[path] = Arrival(
+                path=display_path(path), document_id=document_id, outcome="duplicate", duplicate_of=owner
+            )
+            continue
+        registry.register(path, door, request=request, inbox_state=state, resolve=resolve)
+        requested.append(document_id)
+        arrivals[path] = Arrival(path=display_path(path), document_id=document_id, outcome="requested")
+    if requested:  # added together, in this order: a batch is a range of consecutive partitions
+        instance.add_dynamic_partitions(documents_partitions.name, list(dict.fromkeys(requested)))
+    return [arrivals[path] for path in paths]
+
+
+def request_documents(
+    instance: dg.DagsterInstance, document_ids: Sequence[str], door: str, job: str = reenrich_job.name
+) -> int:
+    """Request a run of `job` for documents already registered (a backfill); returns how many."""
+    return DocumentRegistry().request(document_ids, door, job, request=uuid.uuid4().hex[:12])
+
+
+def _absolute(path: str | bytes, resolve: bool) -> bytes:
+    given = Path(os.fsdecode(path)).expanduser()
+    return os.fsencode(given.resolve() if resolve else given.absolute())
+
+
+def plan_batches(
+    instance: dg.DagsterInstance,
+    claimed: Sequence[Claimed],
+    *,
+    max_documents: int = MAX_BATCH_DOCUMENTS,
+    max_bytes: int = MAX_BATCH_BYTES,
+    parts: int = 1,
+) -> list[Batch]:
+    """Cut claimed documents into batches: consecutive partitions of one job, at most `max_documents`
+    and `max_bytes` each (a document asked to run alone gets a run of its own), at least `parts`
+    batches when there are that many documents (each of `parts` workers then has one). Biggest first."""
+    order = {key: i for i, key in enumerate(instance.get_dynamic_partitions(documents_partitions.name))}
+    missing = [c.document_id for c in claimed if c.document_id not in order]
+    if missing:  # registered, its partition deleted since (a re-registered file): add it back
+        instance.add_dynamic_partitions(documents_partitions.name, missing)
+        order |= {key: len(order) + i for i, key in enumerate(missing)}
+    if parts > 1:
+        max_documents = max(1, min(max_documents, math.ceil(len(claimed) / (2 * parts))))
+    batches: list[Batch] = []
+    for job in sorted({c.job for c in claimed}):
+        current: Batch | None = None
+        previous = -2
+        for c in sorted((c for c in claimed if c.job == job), key=lambda c: order[c.document_id]):
+            alone = (c.request or "").startswith("alone ")
+            size = c.size or 0
+            fits = (
+                current is not None
+                and order[c.document_id] == previous + 1
+                and not alone
+                and len(current.documents) < max_documents
+                and current.size + size <= max_bytes
+            )
+            if fits and current is not None:
+                current.documents.append(c.document_id)
+                current.size += size
+            else:
+                current = Batch(job=job, documents=[c.document_id], size=size)
+                batches.append(current)
+            if alone:
+                current = None
+            previous = order[c.document_id]
+    return sorted(batches, key=lambda batch: -batch.size)
+
+
+def claim_key(owner: str, run_id: str) -> str:
+    """The run key of a batch a process claims to execute itself: it names the process."""
+    return f"{LOCAL_CLAIM} {owner} {run_id}"
+
+
+def record_outcome(
+    instance: dg.DagsterInstance, registry: DocumentRegistry, run: dg.DagsterRun, claim: str | None = None
+) -> None:
+    """Record what a finished run made of the documents it answers for (see the module docstring);
+    `claim`: the key its documents were claimed under by the process that executed it."""
+    names = [
+        run.run_id,
+        *([run.tags[RUN_KEY_TAG]] if RUN_KEY_TAG in run.tags else []),
+        *([claim] if claim else []),
+    ]
+    documents = registry.of_run(names)
+    if not documents:
+        return
+    if run.status == dg.DagsterRunStatus.SUCCESS:
+        registry.finish(names, documents, "ingested")
+        return
+    failure = run_failure(instance, run.run_id)
+    if run.status == dg.DagsterRunStatus.CANCELED and failure.reason is None:
+        registry.finish(names, documents, "failed", "canceled before it finished")
+        return
+    reason = failure.reason or "the run failed"
+    named = {key: why for key, why in failure.documents.items() if key in documents}
+    if named:  # the batch failed on these documents: the others run again, this attempt not counted
+        for document_id, why in named.items():
+            registry.finish(names, [document_id], "failed", _naming(registry, document_id, why))
+        others = [key for key in documents if key not in named]
+        registry.finish(
+            names, others, "requested", f"its batch failed on {', '.join(named)}", 0, uncount=True
+        )
+        return
+    if len(documents) > 1:  # which document failed the batch is not known: one run each
+        registry.finish(names, documents, "requested", f"its batch failed: {reason}", retry_in=0, alone=True)
+        return
+    (document_id,) = documents
+    attempts = documents[document_id]
+    if failure.retryable and attempts < MAX_ATTEMPTS:
+        pause = RETRY_PAUSE_SECONDS[min(attempts, len(RETRY_PAUSE_SECONDS)) - 1]
+        registry.finish(names, documents, "requested", _naming(registry, document_id, reason), retry_in=pause)
+    else:
+        registry.finish(names, documents, "failed", _naming(registry, document_id, reason))
+
+
+def _naming(registry: DocumentRegistry, document_id: str, reason: str) -> str:
+    """The reason, starting with the file's name when it does not say which file."""
+    try:
+        name = Path(registry.get(document_id).source_path).name
+    except KeyError:
+        return reason
+    return reason if name in reason else f"{name}: {reason}"
+
+
+class RunFailure(BaseModel):
+    reason: str | None = None  # one line: the first failed step's error, else the run's
+    documents: dict[str, str] = {}  # the documents a step's `Failure` named, each with its reason
+    retryable: bool = True  # False when a step said the document itself cannot be ingested
+
+
+def run_failure(instance: dg.DagsterInstance, run_id: str) -> RunFailure:
+    """Why a run failed, from its events: the first failed step's error on one line (and the document
+    its `Failure` named), else the run's own failure (its process lost, Dagster's storage)."""
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        data = record.dagster_event.step_failure_data if record.dagster_event else None
+        if data is None or data.error is None:
+            continue
+        user = data.user_failure_data
+        named = user.metadata.get(FAILED_DOCUMENTS) if user else None
+        where = f" (in {record.step_key})"
+        return RunFailure(
+            reason=one_line(data.error) + where,
+            documents={key: reason + where for key, reason in (getattr(named, "value", None) or {}).items()},
+            retryable=user is None,
+        )
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE):
+        event = record.dagster_event
+        error = event.job_failure_data.error if event and event.job_failure_data else None
+        message = one_line(error) if error is not None else (event.message if event else None)
+        if message:
+            return RunFailure(reason=message.splitlines()[0])
+    return RunFailure()
+
+
+def one_line(error: object) -> str:
+    """The innermost cause of a Dagster error record, first line, without its (module-qualified)
+    class name; a full disk says so first. (A `Failure` says its description.)"""
+    while getattr(error, "cause", None) is not None:
+        error = error.cause  # type: ignore[attr-defined]
+    message = (getattr(error, "message", "") or "").strip()
+    cls_name = getattr(error, "cls_name", "") or "Error"
+    first = message.splitlines()[0] if message else cls_name
+    first = re.sub(rf"^(?:[\w.]+\.)?{re.escape(cls_name)}: ", "", first)
+    if "No space left on device" in first and not first.startswith("disk full"):
+        return f"disk full: {first}"
+    return first
+
+
+def reconcile(instance: dg.DagsterInstance, registry: DocumentRegistry | None = None) -> int:
+    """Bring every unfinished document's fate up to date with its run: record finished runs, take
+    over runs whose process is gone (marked failed, slots freed, documents requested again) and
+    give back claims whose run never came. Returns how many runs it took over."""
+    taken = 0
+    registry = registry or DocumentRegistry()
+    now = dt.datetime.now(dt.UTC)
+    running: dict[str, list] = {}
+    queued: dict[str, list] = {}
+    for row in registry.unfinished():
+        if row.state == "running" and row.run_id:
+            running.setdefault(row.run_id, []).append(row)
+        elif row.run_key:
+            queued.setdefault(row.run_key, []).append(row)
+    for run_id, rows in running.items():
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            registry.finish(
+                [run_id], [r.document_id for r in rows], "requested", "its run was deleted", retry_in=0
+            )
+            continue
+        if not run.is_finished and any(process_gone(r.owner, r.renewed_at, now) for r in rows):
+            abandon_run(instance, run, f"the process executing it ({rows[0].owner}) is gone")
+            run = instance.get_run_by_id(run_id) or run
+            taken += 1
+        if run.is_finished:
+            record_outcome(instance, registry, run)
+    for key, rows in queued.items():
+        age = max((now - r.updated_at).total_seconds() for r in rows)
+        if key.startswith(f"{LOCAL_CLAIM} "):
+            owner = " ".join(key.split(" ")[1:4])
+            gone = process_gone(owner, None, now) if _on_this_host(owner) else age > STALE_CLAIM_SECONDS
+            run = instance.get_run_by_id(key.rsplit(" ", 1)[-1])
+            if run is not None and run.is_finished:
+                record_outcome(instance, registry, run, claim=key)
+            elif gone:
+                if run is not None:
+                    abandon_run(instance, run, f"the process that claimed it ({owner}) is gone")
+                    record_outcome(instance, registry, instance.get_run_by_id(run.run_id) or run, claim=key)
+                    taken += 1
+                else:
+                    registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
+            continue
+        runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1)
+        if runs and runs[0].is_finished:
+            record_outcome(instance, registry, runs[0])
+        elif not runs and age > STALE_CLAIM_SECONDS:
+            registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
+    return taken
+
+
+def _on_this_host(owner: str) -> bool:
+    return owner.split(" ", 1)[0] == socket.gethostname()
+
+
+def daemon_serves(instance: dg.DagsterInstance) -> bool:
+    """Whether a Dagster daemon runs this instance's sensors (and dequeues its runs) now: then its
+    `ingest_requests` sensor takes requested documents, else whoever requested them runs them."""
+    beats = instance.get_daemon_heartbeats()
+    wanted = ["SENSOR"] + (
+        ["QUEUED_RUN_COORDINATOR"] if isinstance(instance.run_coordinator, dg.QueuedRunCoordinator) else []
+    )
+    return all(
+        (beat := beats.get(daemon)) is not None and time.time() - beat.timestamp < DAEMON_HEARTBEAT_SECONDS
+        for daemon in wanted
+    )
+
+
+def wait_for_documents(
+    instance: dg.DagsterInstance,
+    document_ids: Iterable[str],
+    on_change: object = None,
+    poll_seconds: float = 1.0,
+) -> None:
+    """Block until none of the documents is requested, queued or running (reconciling meanwhile)."""
+    registry = DocumentRegistry()
+    wanted = list(document_ids)
+    last = None
+    while True:
+        reconcile(instance, registry)
+        fates = registry.fates(wanted)
+        states = tuple(sorted(f.state or "" for f in fates))
+        if states != last and callable(on_change):
+            on_change(fates)
+            last = states
+        if not any(f.state in ("requested", "queued", "running") for f in fates):
+            return
+        time.sleep(poll_seconds)
+
+
+@dg.sensor(
+    name="ingest_requests",
+    jobs=[ingest_document_job, reenrich_job],
+    minimum_interval_seconds=REQUEST_INTERVAL_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Turns documents requested by any door (vision-rag ingest, uploads, the inbox, backfills) "
+    "into runs: consecutive partitions requested together are one run over their range. Records what "
+    "finished runs made of their documents and requests again those whose run was lost.",
+)
+def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase) -> dg.SensorResult:
+    registry = index_db.registry()
+    reconcile(context.instance, registry)
+    claimer = f"sensor {uuid.uuid4().hex}"
+    claimed = registry.claim(claimer, limit=MAX_CLAIMED_PER_TICK)
+    if not claimed:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no document is waiting for a run"))
+    batches = plan_batches(context.instance, claimed)
+    keys: dict[str, str] = {}
+    requests = []
+    for batch in batches:
+        key = f"{batch.job}:{batch.documents[0]}..{batch.documents[-1]}:{uuid.uuid4().hex[:8]}"
+        keys |= dict.fromkeys(batch.documents, key)
+        if len(batch.documents) == 1:
+            requests.append(dg.RunRequest(job_name=batch.job, run_key=key, partition_key=batch.documents[0]))
+        else:
+            requests.append(dg.RunRequest(job_name=batch.job, run_key=key, tags=batch.tags()))
+    registry.name_run(keys, claimer)
+    context.log.info(f"{len(claimed)} documents in {len(batches)} runs")
+    return dg.SensorResult(run_requests=requests)
