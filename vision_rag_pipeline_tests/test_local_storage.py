@@ -42,6 +42,15 @@ def test_runs_and_materializations_land_where_plain_dagster_reads_them(tmp_path:
         assert isinstance(instance.event_log_storage, LocalEventLogStorage)
         assert isinstance(instance.compute_log_manager, CapturedComputeLogManager)
         _run_three_documents(instance)
+        # a power cut may roll back the latest commits, never corrupt a database: WAL, synced at checkpoints
+        run_id = instance.get_runs()[0].run_id
+        for connection in (instance.run_storage.connect(), instance.event_log_storage.run_connection(run_id)):
+            with connection as conn:
+                modes = (
+                    conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
+                    conn.exec_driver_sql("PRAGMA synchronous").scalar(),
+                )
+                assert modes == ("wal", 1), "WAL with synchronous=NORMAL (1), not OFF (0)"
 
     # the UI of a user who deleted our dagster.yaml: Dagster's default SQLite storage, same files
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")

@@ -72,15 +72,16 @@ def _engine(url: str) -> Engine:
     engine = sqlalchemy.create_engine(
         url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}
     )
-    sqlalchemy.event.listen(engine, "connect", _no_fsync)
+    sqlalchemy.event.listen(engine, "connect", _sync_at_checkpoints)
     return engine
 
 
-def _no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
-    """Skip fsync: the syncs of a run's ~100 event writes cost more than a small document's whole
-    enrichment. Index data lives in Postgres and is unaffected; an OS crash can at worst lose the
-    latest run records."""
-    dbapi_connection.execute("PRAGMA synchronous=OFF")
+def _sync_at_checkpoints(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+    """fsync at WAL checkpoints, not at every commit (Dagster's storages are in WAL mode): the syncs
+    of a run's ~100 event writes would cost more than a small document's whole enrichment. A power
+    cut can roll back the latest commits but never leaves a database corrupt, as `synchronous=OFF`
+    could (the run and event storage of every run)."""
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
 class SchemaFacts:
