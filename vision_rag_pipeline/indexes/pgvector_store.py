@@ -306,9 +306,12 @@ class PgVectorStore:
                     WHERE {where} ORDER BY embedding <=> asked.vector LIMIT %s
                 ) AS ordered
             ) AS scan"""
-        # a pointed page whose text no chunk is cited on (a cover of a few words) counts as its page
-        # unit, unless the filters ask for kinds (a page unit is none of them) or metadata
-        pointed_kinds = "" if metadata or kinds is not None else " OR c.kind = 'page'"
+        # a pointed PDF page whose text no chunk is cited on (a cover of a few words) counts as its
+        # page unit, unless the filters ask for kinds (a page unit is none of them) or metadata; a web
+        # archive has no pages to point at, and its one page unit is never a hit
+        pointed_kinds = (
+            "" if metadata or kinds is not None else " OR (c.kind = 'page' AND c.page IS NOT NULL)"
+        )
         pointed = (
             f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks c"
             f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"
