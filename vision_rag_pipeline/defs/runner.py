@@ -175,9 +175,27 @@ def _make_instance() -> dg.DagsterInstance:
     os.environ["DAGSTER_HOME"] = str(home)
     with instance_lock(home):
         write_local_instance_config(home)
-        instance = dg.DagsterInstance.get()
+        instance = _shared_instance()
         _ensure_vision_pool(instance)
     return instance
+
+
+def _shared_instance(attempts: int = 4) -> dg.DagsterInstance:
+    """`DagsterInstance.get()`, tried again when another host created the same storages at that moment.
+
+    The file lock above serializes the processes of one home; hosts sharing one Postgres instance
+    (docker/dagster.yaml) can still create its fresh schema at once, and the loser's CREATE fails
+    ("type run_tags already exists") in a transaction that is rolled back. The winner's schema is
+    complete by the next try, which finds it and creates nothing.
+    """
+    for attempt in range(attempts - 1):
+        try:
+            return dg.DagsterInstance.get()
+        except Exception as error:  # psycopg2's DuplicateObject/DuplicateTable through SQLAlchemy
+            if "already exists" not in str(error):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    return dg.DagsterInstance.get()
 
 
 def _ensure_vision_pool(instance: dg.DagsterInstance, attempts: int = 5) -> None:
