@@ -4,13 +4,20 @@ same through a real daemon and the CLI."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pydantic
 import pytest
 
 from vision_rag_pipeline.cli import main
-from vision_rag_pipeline.core.config import CONFIG_ENV, ConfigError, config_in_effect, read_config_file
+from vision_rag_pipeline.core.config import (
+    CONFIG_ENV,
+    ConfigError,
+    config_in_effect,
+    config_path,
+    read_config_file,
+)
 from vision_rag_pipeline.core.config_in_use import (
     ConfigUsed,
     difference,
@@ -103,3 +110,28 @@ def test_runs_record_their_config_and_another_process_says_so_once_naming_both_f
     record_config_used(here)  # this process' runs: now the daemon's side differs
     assert difference(read_config_file(daemon), last_config_used()) is not None
     assert difference(here, last_config_used()) is None
+
+
+def test_threads_of_one_process_write_a_fresh_homes_config_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI starts Postgres and the model on threads, each of which may be first to ask for the
+    config file of a home that does not exist yet (a search from a new host did, and failed)."""
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    monkeypatch.setenv("VISION_RAG_HOME", str(tmp_path / "new" / "state"))
+    start, errors = threading.Barrier(8), []
+
+    def ask() -> None:
+        start.wait()
+        try:
+            config_path()
+        except OSError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [p.name for p in (tmp_path / "new" / "state").iterdir()] == ["config.yaml"]

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -405,7 +406,9 @@ def config_path() -> Path:
     path = home() / CONFIG_FILE_NAME
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{CONFIG_FILE_NAME}.{os.getpid()}")
+        # one name per thread: a process's threads reach here together on a fresh home (the CLI
+        # starts Postgres and the model on threads), and a shared name was unlinked under the other
+        partial = path.with_name(f".{CONFIG_FILE_NAME}.{os.getpid()}.{threading.get_ident()}")
         partial.write_text(_DEFAULT_CONFIG_FILE, encoding="utf-8")
         try:
             os.link(partial, path)  # never replaces a file another process (or the user) wrote first
