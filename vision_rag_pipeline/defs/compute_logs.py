@@ -11,7 +11,7 @@ every process of a deployment must reach. Logs are capped at Dagster's upload li
 `context.log` (run events), so what lands here is small.
 
 Built on Dagster's base for cloud-storage log managers (the S3, GCS and Azure ones subclass it
-too); it has no public name, hence the `dagster._core` imports.
+too), which has no public name: it comes from defs/dagster_internals.py.
 """
 
 from __future__ import annotations
@@ -22,19 +22,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO
 
+import dagster
 import psycopg
-from dagster._config import Field, IntSource, StringSource, UserConfigSchema
-from dagster._core.storage.cloud_storage_compute_log_manager import (
+from dagster_postgres.utils import pg_config, pg_url_from_config
+from typing_extensions import override
+
+from vision_rag_pipeline.defs.dagster_internals import (
+    IO_TYPE_EXTENSION,
+    CapturedLogSubscription,
+    ComputeIOType,
+    ConfigurableClass,
+    ConfigurableClassData,
     PollingComputeLogSubscriptionManager,
     TruncatingCloudStorageComputeLogManager,
 )
-from dagster._core.storage.compute_log_manager import CapturedLogSubscription, ComputeIOType
-from dagster._core.storage.config import pg_config
-from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION
-from dagster._serdes import ConfigurableClass, ConfigurableClassData
-from dagster._utils import ensure_dir
-from dagster_postgres.utils import pg_url_from_config
-
 from vision_rag_pipeline.defs.local_storage import CapturedComputeLogManager
 
 TABLE = "vision_rag_compute_logs"
@@ -75,18 +76,21 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
         self._schema_ready = False
 
     @property
+    @override
     def inst_data(self) -> ConfigurableClassData | None:
         return self._inst_data
 
     @classmethod
-    def config_type(cls) -> UserConfigSchema:
+    @override
+    def config_type(cls) -> dict[str, dagster.Field]:
         return {
             **pg_config(),
-            "local_dir": Field(StringSource, is_required=False),
-            "upload_interval": Field(IntSource, is_required=False),
+            "local_dir": dagster.Field(dagster.StringSource, is_required=False),
+            "upload_interval": dagster.Field(dagster.IntSource, is_required=False),
         }
 
     @classmethod
+    @override
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value
     ) -> PostgresComputeLogManager:
@@ -98,10 +102,12 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
         )
 
     @property
+    @override
     def local_manager(self) -> CapturedComputeLogManager:
         return self._local_manager
 
     @property
+    @override
     def upload_interval(self) -> int | None:
         return self._upload_interval
 
@@ -113,6 +119,7 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
                 self._schema_ready = True
             yield conn
 
+    @override
     def _upload_file_obj(
         self, data: IO[bytes], log_key: Sequence[str], io_type: ComputeIOType, partial=False
     ):
@@ -133,11 +140,13 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
                 ("/".join(log_key), io_type.value, partial),
             ).fetchone()
 
+    @override
     def cloud_storage_has_logs(
         self, log_key: Sequence[str], io_type: ComputeIOType, partial: bool = False
     ) -> bool:
         return self._stored("1", log_key, io_type, partial) is not None
 
+    @override
     def download_from_cloud_storage(
         self, log_key: Sequence[str], io_type: ComputeIOType, partial: bool = False
     ) -> None:
@@ -147,12 +156,13 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
         path = self._local_manager.get_captured_local_path(
             log_key, IO_TYPE_EXTENSION[io_type], partial=partial
         )
-        ensure_dir(os.path.dirname(path))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         partial_path = f"{path}.{os.getpid()}.download"
         with open(partial_path, "wb") as handle:
             handle.write(row[0])
         os.replace(partial_path, path)
 
+    @override
     def delete_logs(self, log_key: Sequence[str] | None = None, prefix: Sequence[str] | None = None) -> None:
         self._local_manager.delete_logs(log_key=log_key, prefix=prefix)
         with self._connect() as conn:
@@ -162,24 +172,30 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
                 pattern = "/".join(part.replace("%", r"\%").replace("_", r"\_") for part in prefix)
                 conn.execute(f"DELETE FROM {TABLE} WHERE log_key LIKE %s", (pattern + "/%",))
 
+    @override
     def download_url_for_type(self, log_key: Sequence[str], io_type: ComputeIOType) -> str | None:
         return None  # the UI shows the text itself; there is no file to link to
 
+    @override
     def display_path_for_type(self, log_key: Sequence[str], io_type: ComputeIOType) -> str:
         return f"postgres table {TABLE}: {'/'.join(log_key)} ({io_type.value})"
 
+    @override
     def on_subscribe(self, subscription: CapturedLogSubscription) -> None:
         self._subscription_manager.add_subscription(subscription)
 
+    @override
     def on_unsubscribe(self, subscription: CapturedLogSubscription) -> None:
         self._subscription_manager.remove_subscription(subscription)
 
+    @override
     def _on_capture_complete(self, log_key: Sequence[str]) -> None:
         """Stored whole, then the partial uploads of the running step are dropped."""
         super()._on_capture_complete(log_key)
         with self._connect() as conn:
             conn.execute(f"DELETE FROM {TABLE} WHERE log_key = %s AND partial", ("/".join(log_key),))
 
+    @override
     def dispose(self) -> None:
         self._subscription_manager.dispose()
         super().dispose()

@@ -12,12 +12,13 @@ UI read the same files. Production deployments use dagster-postgres instead (doc
 path: `dagster dev` there with nothing exported keeps its history where `vision-rag` keeps it, not
 in the temporary home Dagster makes when DAGSTER_HOME is unset.
 
-The `dagster._…` imports are the storages and log manager subclassed here and the helpers their
-overridden methods must call: Dagster has no public base for custom storages.
+The storages and log manager subclassed here have no public name: they come from
+defs/dagster_internals.py, which says why each is used.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import sqlite3
@@ -28,32 +29,40 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
+from pathlib import Path
 
 import dagster
 import sqlalchemy
-from dagster._config import Field, StringSource, UserConfigSchema
-from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, EVENT_TYPE_TO_PIPELINE_RUN_STATUS
-from dagster._core.events.log import EventLogEntry
-from dagster._core.execution.compute_logs import redirect_to_file
-from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
-from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-from dagster._serdes import ConfigurableClassData
-from dagster._utils import ensure_file, touch_file
 from sqlalchemy.engine import Connection, Engine
+from typing_extensions import override
 
 from vision_rag_pipeline.core.config import dagster_home
+from vision_rag_pipeline.defs.dagster_internals import (
+    ASSET_CHECK_EVENTS,
+    ASSET_EVENTS,
+    EVENT_TYPE_TO_PIPELINE_RUN_STATUS,
+    INDEX_SHARD_NAME,
+    IO_TYPE_EXTENSION,
+    AssetKeyTable,
+    CapturedLogContext,
+    ComputeIOType,
+    ConfigurableClassData,
+    LocalComputeLogManager,
+    SqlEventLogStorageTable,
+    SqliteEventLogStorage,
+    SqliteRunStorage,
+    SqliteScheduleStorage,
+    redirect_to_file,
+)
 
 RUN_SHARD_ENGINES = 4  # one event-log database per run: keep the engines of the latest few runs
 KNOWN_PARTITION_SECONDS = 5.0
 # not *.db: Dagster takes every *.db file in the folder for a run's events
-RUN_SHARD_TEMPLATE = f".empty-run-shard-{dagster.__version__}.sqlite"
+RUN_SHARD_TEMPLATE = f".empty-run-shard-{importlib.metadata.version('dagster')}.sqlite"
 _INSERT_EVENT = SqlEventLogStorageTable.insert()
-OPTIONAL_BASE_DIR: UserConfigSchema = {"base_dir": Field(StringSource, is_required=False)}
+# How long a connection waits for another process's write lock, as Dagster's own SQLite storages do
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+OPTIONAL_BASE_DIR = {"base_dir": dagster.Field(dagster.StringSource, is_required=False)}
 # Where each storage keeps its files under a Dagster home (Dagster's own layout, plus `history`).
 HOME_SUBDIRS = {
     "run_storage": "history",
@@ -122,10 +131,12 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         super().__init__(base_dir, inst_data)
 
     @classmethod
-    def config_type(cls) -> UserConfigSchema:
+    @override
+    def config_type(cls) -> dict[str, dagster.Field]:
         return OPTIONAL_BASE_DIR
 
     @classmethod
+    @override
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalEventLogStorage:
         return cls(inst_data=inst_data, **_with_base_dir(config_value, "event_log_storage"))
 
@@ -141,6 +152,7 @@ class LocalEventLogStorage(SqliteEventLogStorage):
             return engine
 
     @contextmanager
+    @override
     def _connect(self, shard: str) -> Iterator[Connection]:
         with self._db_lock:
             engine = self._shard_engine(shard)
@@ -168,7 +180,8 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         os.replace(partial, path)
         return True
 
-    def store_event(self, event: EventLogEntry) -> None:
+    @override
+    def store_event(self, event: dagster.EventLogEntry) -> None:
         """`SqliteEventLogStorage.store_event` with the row passed as parameters of one INSERT
         compiled once, not built into a new statement per event (0.33 -> 0.20 ms an event, ~94 a run).
         Same rows, in the same databases: the run's, and the index for asset, check and run status events.
@@ -190,7 +203,8 @@ class LocalEventLogStorage(SqliteEventLogStorage):
             with self.index_connection() as conn:
                 conn.execute(_INSERT_EVENT, row)
 
-    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+    @override
+    def _store_asset_event(self, conn: Connection, event: dagster.EventLogEntry, event_id: int) -> None:
         """Dagster's update of the asset's row in `asset_keys`, trying the UPDATE first: Dagster tries
         an INSERT, which fails on every event of an asset already known (16 a run), and updates on the
         error. The same row results; the transaction holds SQLite's write lock, so no other process
@@ -210,6 +224,7 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         if updated.rowcount == 0:
             conn.execute(AssetKeyTable.insert().values(asset_key=key, **values))
 
+    @override
     def has_table(self, table_name: str) -> bool:
         """Asked before every asset and check event write, each time on a new engine and connection."""
         return self._schema.holds(("table", table_name), lambda: self._index_has_table(table_name))
@@ -218,16 +233,19 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         with self._shard_engine(INDEX_SHARD_NAME).connect() as conn:
             return bool(conn.dialect.has_table(conn, table_name))
 
+    @override
     def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
         """Reflected before every asset event write."""
         probe = super()._has_asset_key_col_on_connection
         return self._schema.holds(("asset_keys column", column_name), lambda: probe(conn, column_name))
 
+    @override
     def has_secondary_index(self, name: str) -> bool:
         """Queried before every asset record read."""
         probe = super().has_secondary_index
         return self._schema.holds(("secondary index", name), lambda: probe(name))
 
+    @override
     def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
         key = (partitions_def_name, partition_key)
         if self._known_partitions.get(key, 0.0) > time.monotonic():
@@ -237,10 +255,12 @@ class LocalEventLogStorage(SqliteEventLogStorage):
             self._known_partitions[key] = time.monotonic() + KNOWN_PARTITION_SECONDS
         return exists
 
+    @override
     def delete_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> None:
         self._known_partitions.pop((partitions_def_name, partition_key), None)
         super().delete_dynamic_partition(partitions_def_name, partition_key)
 
+    @override
     def dispose(self) -> None:
         with self._engines_lock:
             for engine in self._engines.values():
@@ -253,14 +273,17 @@ class LocalRunStorage(SqliteRunStorage):
     """`SqliteRunStorage` with its one engine kept between calls."""
 
     @classmethod
-    def config_type(cls) -> UserConfigSchema:
+    @override
+    def config_type(cls) -> dict[str, dagster.Field]:
         return OPTIONAL_BASE_DIR
 
     @classmethod
+    @override
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalRunStorage:
         return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "run_storage"))
 
     @contextmanager
+    @override
     def connect(self) -> Iterator[Connection]:
         if not hasattr(self, "_reused_engine"):
             self._reused_engine = _engine(self._conn_string)
@@ -271,10 +294,12 @@ class LocalRunStorage(SqliteRunStorage):
     def _schema(self) -> SchemaFacts:
         return SchemaFacts()
 
+    @override
     def has_run_stats_index_cols(self) -> bool:
         """Reflected on every run creation and status change."""
         return self._schema.holds(("runs columns", "start_time end_time"), super().has_run_stats_index_cols)
 
+    @override
     def has_backfill_id_column(self) -> bool:
         """Reflected on every run creation."""
         return self._schema.holds(("runs column", "backfill_id"), super().has_backfill_id_column)
@@ -284,10 +309,12 @@ class LocalScheduleStorage(SqliteScheduleStorage):
     """Dagster's SQLite schedule storage (sensor and schedule state, ticks), under the Dagster home by default."""
 
     @classmethod
-    def config_type(cls) -> UserConfigSchema:
+    @override
+    def config_type(cls) -> dict[str, dagster.Field]:
         return OPTIONAL_BASE_DIR
 
     @classmethod
+    @override
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalScheduleStorage:
         return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "schedule_storage"))
 
@@ -302,21 +329,25 @@ class CapturedComputeLogManager(LocalComputeLogManager):
     """
 
     @classmethod
-    def config_type(cls) -> UserConfigSchema:
+    @override
+    def config_type(cls) -> dict[str, dagster.Field]:
         return {**super().config_type(), **OPTIONAL_BASE_DIR}
 
     @classmethod
+    @override
     def from_config_value(
         cls, inst_data: ConfigurableClassData | None, config_value
     ) -> CapturedComputeLogManager:
         return cls(inst_data=inst_data, **_with_base_dir(config_value, "compute_logs"))
 
     @contextmanager
+    @override
     def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:
         outpath = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
         errpath = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
-        ensure_file(outpath)
-        ensure_file(errpath)
+        for path in (outpath, errpath):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).touch()
         with redirect_to_file(sys.stdout, outpath), redirect_to_file(sys.stderr, errpath):
             yield CapturedLogContext(log_key)
-        touch_file(self.complete_artifact_path(log_key))
+        Path(self.complete_artifact_path(log_key)).touch()
