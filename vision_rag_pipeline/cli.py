@@ -17,7 +17,9 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
+
+from vision_rag_pipeline.core.printable import escape_unprintable
 
 if TYPE_CHECKING:
     from vision_rag_pipeline.documents.registry import Fate
@@ -28,6 +30,12 @@ DEMO_QUERIES = (  # facts that live only inside the samples' images (see samples
     "What share of deliveries arrived on time?",
     "What dividend did the board approve?",
 )
+
+
+def _say(line: str, stream: TextIO | None = None) -> None:
+    """Print a line that names files or quotes their errors: names come from whoever sent the file,
+    so each unprintable character shows as its escape (core/printable.py) and the line stays one."""
+    print(escape_unprintable(line), file=stream)  # None: sys.stdout as it is now
 
 
 def _print_json(data: object) -> None:
@@ -74,11 +82,11 @@ def cmd_ingest_submit(args: argparse.Namespace) -> int:
         _print_json([arrival.model_dump() for arrival in arrivals])
     for arrival in arrivals:
         if arrival.outcome == "requested" and not args.json:
-            print(f"{arrival.document_id} {arrival.path}")
+            _say(f"{arrival.document_id} {arrival.path}")
         elif arrival.outcome == "refused":
-            print(f"FAILED {arrival.reason}", file=sys.stderr)
+            _say(f"FAILED {arrival.reason}", sys.stderr)
         elif not args.json:
-            print(f"{arrival.outcome} {arrival.path}", file=sys.stderr)
+            _say(f"{arrival.outcome} {arrival.path}", sys.stderr)
     if not daemon_serves(instance):
         print(
             "vision-rag: no Dagster daemon serves this instance now: the documents wait, requested, until one "
@@ -95,7 +103,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     report = ingest_paths(
         args.paths,
-        progress=lambda line: print(line, file=sys.stderr),
+        progress=lambda line: _say(line, sys.stderr),
         workers=args.workers,
         verbose=args.verbose,
         force=args.force,
@@ -159,9 +167,9 @@ def cmd_enrich(args: argparse.Namespace) -> int:
         _print_json(results)
     else:
         for item in results:
-            print(f"== {item['path']}")
+            _say(f"== {item['path']}")
             if "error" in item:
-                print(f"FAILED: {item['error']}")
+                _say(f"FAILED: {item['error']}")
                 continue
             print(f"verdict: {item['classifier_result']['verdict']}")
             print(item["generated_response"]["content"] or "(not enriched)")
@@ -201,7 +209,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     """What became of every file any door was given (CLI, upload, inbox, backfill): counts by state,
     then each file that failed, was refused or is still on its way, with its one-line reason; or the
     files named (by path, file name or document id). Exit 1 when one shown failed or was refused."""
-    from vision_rag_pipeline.core.printable import escape_unprintable
     from vision_rag_pipeline.documents.registry import DocumentRegistry
 
     registry = DocumentRegistry()
@@ -210,7 +217,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.json:
             _print_json([fate.model_dump(mode="json") for fate in fates])
         elif not fates:
-            print(escape_unprintable(f"nothing registered under {', '.join(args.files)}"))
+            _say(f"nothing registered under {', '.join(args.files)}")
         failed = any(fate.state in ("failed", "refused") for fate in fates)
     else:
         summary = registry.summary()
@@ -222,8 +229,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(counts or "nothing registered yet")
         failed = bool(summary.counts.get("failed") or summary.counts.get("refused"))
     if not args.json:
-        for fate in fates:  # names and reasons came from outside: one line each, nothing that acts
-            print(escape_unprintable(_fate_line(fate)))
+        for fate in fates:
+            _say(_fate_line(fate))
     return 1 if failed else 0
 
 
@@ -250,14 +257,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
     fates = registry.fates(args.files)
     missing = [name for name in args.files if not any(_names(fate, name) for fate in fates)]
     for name in missing:
-        print(f"FAILED {name}: nothing registered under this name", file=sys.stderr)
+        _say(f"FAILED {name}: nothing registered under this name", sys.stderr)
     instance = dagster_instance()
     inbox = str(inbox_dir()) + "/"
     failed = bool(missing)
     for fate in fates:
         if fate.state in ("duplicate", "refused"):
             registry.forget(fate.document_id)
-            print(f"forgot {fate.path} ({fate.state})")
+            _say(f"forgot {fate.path} ({fate.state})")
             continue
         result = defs.resolve_job_def("remove_document").execute_in_process(
             instance=instance,
@@ -269,15 +276,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
         )
         if not result.success:
             failed = True
-            print(f"FAILED {fate.path}: could not forget it (run {result.run_id})", file=sys.stderr)
+            _say(f"FAILED {fate.path}: could not forget it (run {result.run_id})", sys.stderr)
             continue
-        print(
+        _say(
             f"forgot {fate.path} ({fate.document_id}): its partition, chunks and index entries (run {result.run_id})"
         )
         if str(Path(fate.path).expanduser().resolve()).startswith(inbox):
-            print(
+            _say(
                 f"WARNING {fate.path} is still in the inbox: its sensor ingests it again; delete it there",
-                file=sys.stderr,
+                sys.stderr,
             )
     return 1 if failed else 0
 

@@ -290,6 +290,17 @@ def test_failures_take_one_line_and_verbose_adds_the_traces(
         ": damaged.pdf: not a readable PDF (not a PDF, or damaged) (in raw_documents)"
     )
 
+    # a sender's file name cannot forge a line or act on the terminal: refused at arrival, failed in a run
+    forged = tmp_path / "a\x1b[2J\nFAILED b.txt"
+    forged.write_text("text")
+    damaged.rename(damaged := tmp_path / "d\u202efdp.exe\r.pdf")
+    assert main(["ingest", str(forged), str(damaged)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "FAILED a\\x1b[2J\\nFAILED b.txt: not an MHTML web archive or a PDF",
+        "FAILED d\\u202efdp.exe\\r.pdf: not a readable PDF (not a PDF, or damaged) (in raw_documents)",
+    ]
+
     monkeypatch.setenv("VISION_RAG_PG_URL", f"postgresql://postgres@/postgres?host={tmp_path}/no-server")
     assert main(["search", "revenue", "--mode", "vector"]) == 1
     err = capsys.readouterr().err
