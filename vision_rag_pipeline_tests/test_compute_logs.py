@@ -1,15 +1,24 @@
 """Compute logs in Postgres: output captured on one host is read on another (each with its own
-local folder), partial uploads are replaced by the whole log, and deleting a run's logs removes them."""
+local folder), partial uploads are replaced by the whole log, deleting a run's logs removes them, and
+a database that does not answer fails a call in seconds."""
 
 from __future__ import annotations
 
+import socket
 import sys
+import time
 from pathlib import Path
 
 import psycopg
-from dagster._core.storage.compute_log_manager import ComputeIOType
+import pytest
 
-from vision_rag_pipeline.defs.compute_logs import TABLE, PostgresComputeLogManager
+from vision_rag_pipeline.defs.compute_logs import (
+    CONNECT_TIMEOUT_S,
+    STATEMENT_TIMEOUT_S,
+    TABLE,
+    PostgresComputeLogManager,
+)
+from vision_rag_pipeline.defs.dagster_internals import ComputeIOType
 
 
 def _manager(url: str, local_dir: Path) -> PostgresComputeLogManager:
@@ -59,3 +68,22 @@ def test_a_partial_upload_is_readable_then_replaced_by_the_whole_log(
         key, ComputeIOType.STDOUT, 0, None
     )
     assert whole == b"first half\nsecond half\n"
+
+
+def test_a_database_that_does_not_answer_fails_a_read_within_the_connect_bound(tmp_path: Path) -> None:
+    """A server that accepts the connection and says nothing (a stopped process, a frozen VM): the
+    UI's read of a step's output fails in seconds instead of hanging its page."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        manager = _manager(f"postgresql://postgres@127.0.0.1:{port}/dagster", tmp_path)
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):
+            manager.cloud_storage_has_logs(["run-3", "compute_logs", "step-c"], ComputeIOType.STDOUT)
+        assert time.monotonic() - started < CONNECT_TIMEOUT_S + 2
+
+
+def test_statements_run_under_a_bound(fresh_database: str, tmp_path: Path) -> None:
+    with _manager(fresh_database, tmp_path)._connect() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == (f"{STATEMENT_TIMEOUT_S // 60}min",)

@@ -27,6 +27,7 @@ import psycopg
 from dagster_postgres.utils import pg_config, pg_url_from_config
 from typing_extensions import override
 
+from vision_rag_pipeline.core.config import DatabaseLimits
 from vision_rag_pipeline.defs.dagster_internals import (
     IO_TYPE_EXTENSION,
     CapturedLogSubscription,
@@ -39,6 +40,11 @@ from vision_rag_pipeline.defs.dagster_internals import (
 from vision_rag_pipeline.defs.local_storage import CapturedComputeLogManager
 
 TABLE = "vision_rag_compute_logs"
+# A step's end, the UI and the daemon wait on these calls: a database that does not answer fails them
+# in seconds (as limits.database bounds the index database's) instead of hanging the step or the page.
+# A statement moves at most one stream's capped upload (50 MB).
+CONNECT_TIMEOUT_S = DatabaseLimits().connect_timeout_s
+STATEMENT_TIMEOUT_S = 60
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
     log_key text NOT NULL,  -- Dagster's log key joined by '/': run id, then step or capture key
@@ -113,7 +119,11 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
 
     @contextmanager
     def _connect(self) -> Iterator[psycopg.Connection]:
-        with psycopg.connect(self._url) as conn:
+        with psycopg.connect(
+            self._url,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            options=f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
+        ) as conn:
             if not self._schema_ready:
                 conn.execute(_SCHEMA)
                 self._schema_ready = True
