@@ -189,6 +189,27 @@ def test_the_ingest_requests_sensor_turns_files_requested_together_into_one_run_
     assert not ingest_requests_sensor(_context(instance, None)).run_requests
 
 
+def test_an_ingest_requests_tick_makes_a_bounded_number_of_runs_and_leaves_the_rest_in_their_place(
+    instance, catalog, monkeypatch
+):
+    """Documents requested apart from each other (every other partition) are a run each: a tick makes at
+    most MAX_RUNS_PER_TICK of them (each costs the daemon a run's creation) and gives the documents
+    it claimed beyond that back, first in line for the next tick."""
+    from vision_rag_pipeline.defs import intake
+
+    monkeypatch.setattr(intake, "MAX_RUNS_PER_TICK", 2)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(9)))
+    wanted = ids[::2]
+    intake.request_documents(instance, wanted, "backfill")
+
+    taken = []
+    for _ in range(4):
+        result = ingest_requests_sensor(_context(instance, None))
+        taken.append([run.partition_key for run in result.run_requests])
+
+    assert taken == [wanted[0:2], wanted[2:4], wanted[4:], []]
+
+
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)
@@ -445,6 +466,28 @@ def test_any_file_name_is_ingested_and_removed(instance, inbox, stem):
 
 
 # --- version sensor ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalog(tmp_path, fresh_database, monkeypatch) -> Path:
+    """An index database of the test's own (registry and recorded versions), and a folder for the
+    files of the documents registered there."""
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)
+    return tmp_path
+
+
+def register(instance, folder: Path, *names: str) -> list[str]:
+    """Documents as a door registers them (a stored copy, a partition), all ingested; their ids."""
+    registry = DocumentRegistry()
+    ids = []
+    for name in names:
+        path = folder / f"{name}.pdf"
+        path.write_bytes(b"%PDF-1.4\n% " + name.encode())
+        ids.append(registry.register(path).document_id)
+    instance.add_dynamic_partitions(documents_partitions.name, ids)
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        conn.execute("UPDATE documents SET state = 'ingested' WHERE document_id = ANY(%s)", (ids,))
+    return ids
 
 
 def record(instance, asset: str, partition: str, version: str | None) -> None:

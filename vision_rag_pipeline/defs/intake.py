@@ -66,7 +66,10 @@ MAX_BATCH_DOCUMENTS = max_batch_documents(20)
 MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
 MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
-MAX_CLAIMED_PER_TICK = 500
+# Creating a run costs the daemon about 0.5 s on a small machine (BENCHMARKS.md "Catalog of 100,000
+# documents"): a tick makes at most this many, so it stays within seconds however many documents wait.
+MAX_RUNS_PER_TICK = 10
+MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
 REQUEST_INTERVAL_SECONDS = sensor_interval_seconds(5)
 DAEMON_HEARTBEAT_SECONDS = 60  # a daemon whose heartbeat is older serves nothing
@@ -200,10 +203,19 @@ def request_files(
 
 
 def request_documents(
-    instance: dg.DagsterInstance, document_ids: Sequence[str], door: str, job: str = reenrich_job.name
-) -> int:
-    """Request a run of `job` for documents already registered (a backfill); returns how many."""
-    return DocumentRegistry().request(document_ids, door, job, request=uuid.uuid4().hex[:12])
+    instance: dg.DagsterInstance,
+    document_ids: Sequence[str],
+    door: str,
+    job: str = reenrich_job.name,
+    *,
+    unless_under_way: bool = False,
+) -> list[str]:
+    """Request a run of `job` for documents already registered (a backfill), given in partition order
+    so that they run as batches of consecutive partitions; returns those requested
+    (`unless_under_way`: not those a run is already asked for or working on)."""
+    return DocumentRegistry().request(
+        document_ids, door, job, request=uuid.uuid4().hex[:12], unless_under_way=unless_under_way
+    )
 
 
 def _absolute(path: str | bytes, resolve: bool) -> bytes:
@@ -462,6 +474,11 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
     if not claimed:
         return dg.SensorResult(skip_reason=dg.SkipReason("no document is waiting for a run"))
     batches = plan_batches(context.instance, claimed)
+    if (
+        len(batches) > MAX_RUNS_PER_TICK
+    ):  # scattered documents: the rest wait, in their place, for the next tick
+        registry.release(claimer, [key for batch in batches[MAX_RUNS_PER_TICK:] for key in batch.documents])
+        batches = batches[:MAX_RUNS_PER_TICK]
     keys: dict[str, str] = {}
     requests = []
     for batch in batches:
@@ -472,5 +489,5 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         else:
             requests.append(dg.RunRequest(job_name=batch.job, run_key=key, tags=batch.tags()))
     registry.name_run(keys, claimer)
-    context.log.info(f"{len(claimed)} documents in {len(batches)} runs")
+    context.log.info(f"{sum(len(batch.documents) for batch in batches)} documents in {len(batches)} runs")
     return dg.SensorResult(run_requests=requests)

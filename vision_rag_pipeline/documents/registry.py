@@ -329,15 +329,34 @@ class DocumentRegistry:
         )
         return doc, absolute
 
-    def request(self, document_ids: Iterable[str], door: str, job: str, request: str | None = None) -> int:
-        """Request a run of `job` for registered documents (a backfill); returns how many."""
+    def request(
+        self,
+        document_ids: Sequence[str],
+        door: str,
+        job: str,
+        request: str | None = None,
+        *,
+        unless_under_way: bool = False,
+    ) -> list[str]:
+        """Request a run of `job` for registered documents (a backfill); returns those requested.
+
+        They are claimed in the order given (their `updated_at` a microsecond apart): given in partition
+        order, each claim is a range of consecutive partitions, so a sensor's tick makes runs of whole
+        batches rather than one run per scattered document. `unless_under_way`: a document already
+        requested, queued or running is left to that run (which reads the settings in effect when it
+        starts)."""
+        busy = "AND (d.state IS NULL OR d.state NOT IN ('requested', 'queued', 'running'))"
         with connect(self.url) as conn:
-            return conn.execute(
-                "UPDATE documents SET state = 'requested', door = %s, job = %s, request = %s, reason = NULL,"
-                " attempts = 0, not_before = NULL, run_key = NULL, updated_at = now()"
-                " WHERE document_id = ANY(%s) AND content IS NOT NULL",
+            rows = conn.execute(
+                "UPDATE documents AS d SET state = 'requested', door = %s, job = %s, request = %s,"
+                " reason = NULL, attempts = 0, not_before = NULL, run_key = NULL,"
+                " updated_at = now() + make_interval(secs => t.n / 1e6)"
+                " FROM unnest(%s::text[]) WITH ORDINALITY AS t(document_id, n)"
+                " WHERE d.document_id = t.document_id AND d.content IS NOT NULL"
+                f" {busy if unless_under_way else ''} RETURNING d.document_id",
                 (door, job, request, list(document_ids)),
-            ).rowcount
+            ).fetchall()
+        return [document_id for (document_id,) in rows]
 
     def content_owner(self, sha256: str, other_than: str) -> str | None:
         """A document (not `other_than`) whose stored bytes have this sha256 and that is, or is on its
@@ -425,6 +444,16 @@ class DocumentRegistry:
                 {"owner": owner, "ids": list(document_ids or []), "limit": limit},
             ).fetchall()
         return sorted((Claimed(*row) for row in rows), key=lambda c: (-(c.size or 0), c.document_id))
+
+    def release(self, owner: str, document_ids: Sequence[str]) -> None:
+        """Give claimed documents back to the requests, in their place: a tick that claimed more than it
+        runs leaves the rest for the next one."""
+        with connect(self.url) as conn:
+            conn.execute(
+                "UPDATE documents SET state = 'requested', run_key = NULL"
+                " WHERE state = 'queued' AND run_key = %s AND document_id = ANY(%s)",
+                (owner, list(document_ids)),
+            )
 
     def waiting(self, door: str) -> int:
         """How many of the documents this door requested no run has taken yet."""
