@@ -244,33 +244,54 @@ def test_a_dropped_file_is_partitioned_ingested_and_searchable(deployment: Deplo
     assert any("0.42" in hit.text for hit in hits), [hit.text[:80] for hit in hits]
 
 
-def test_a_prompt_edit_without_a_vision_model_launches_no_run(deployment: Deployment):
+def test_a_prompt_edit_without_a_vision_model_launches_no_run(deployment: Deployment, document_id: str):
     edit_config_and_wait_for_the_daemon_to_load_it(
         deployment,
         "id: daemon-test\nmedia_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n",
     )
     time.sleep(2 * TICK_SECONDS)  # the prompt shapes no output offline: nothing to re-read
-    assert not runs(deployment, **{"dagster/sensor_name": "version_sensor"})
+    assert not reenrich_runs(deployment)
+    assert DocumentRegistry().fates([document_id])[0].door == "inbox", "the version sensor requested nothing"
+
+
+def reenrich_runs(deployment: Deployment) -> list[dg.DagsterRun]:
+    return list(deployment.instance.get_runs(dg.RunsFilter(job_name="reenrich")))
 
 
 def test_a_setting_change_re_enriches_the_partition_once_the_daemon_loaded_it(
     deployment: Deployment, document_id: str
 ):
+    """The version sensor requests the stale partition through the registry (door `versions`), and the
+    ingest_requests sensor runs it: the re-enrichment, whose materializations record the new version."""
     from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, code_versions
 
     deployment.config.write_text("id: daemon-test\nmedia_enrichment: {fusion: {max_keywords: 6}}\n")
     new_version = code_versions(read_config_file(deployment.config).config)["image_enrichments"]
 
-    run = finished_run(deployment, "the re-enrichment run", **{"dagster/sensor_name": "version_sensor"})
+    def finished() -> dg.DagsterRun | None:
+        for run in reenrich_runs(deployment):
+            if run.status == dg.DagsterRunStatus.FAILURE:
+                pytest.fail(f"the re-enrichment run {run.run_id} failed")
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                return run
+        return None
+
+    run = wait_for("the re-enrichment run", finished, deployment, RELOAD_TIMEOUT + RUN_TIMEOUT)
 
     assert run.tags["dagster/partition"] == document_id
-    assert {key.to_user_string() for key in run.asset_selection} == STALE_AFTER_ENRICHMENT_CHANGE
-    latest = deployment.instance.get_latest_materialization_event(
-        dg.AssetKey("image_enrichments")
-    ).asset_materialization
-    assert latest.partition == document_id and latest.tags[CODE_VERSION_TAG] == new_version
+    assert run.tags["dagster/sensor_name"] == "ingest_requests"
+    assert DocumentRegistry().fates([document_id])[0].door == "versions"
+    latest = {
+        asset: deployment.instance.get_latest_materialization_event(dg.AssetKey(asset))
+        for asset in ("raw_documents", *STALE_AFTER_ENRICHMENT_CHANGE)
+    }
+    assert {
+        asset for asset, event in latest.items() if event.run_id == run.run_id
+    } == STALE_AFTER_ENRICHMENT_CHANGE
+    enrichment = latest["image_enrichments"].asset_materialization
+    assert enrichment.partition == document_id and enrichment.tags[CODE_VERSION_TAG] == new_version
     time.sleep(2 * TICK_SECONDS)  # the recorded versions now match the file: nothing more to re-run
-    assert len(runs(deployment, **{"dagster/sensor_name": "version_sensor"})) == 1
+    assert len(reenrich_runs(deployment)) == 1
 
 
 def test_files_dropped_together_run_as_one_batch(deployment: Deployment):

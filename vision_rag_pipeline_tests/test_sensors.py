@@ -18,7 +18,9 @@ from vision_rag_pipeline.defs.inbox import inbox_sensor
 from vision_rag_pipeline.defs.intake import ingest_requests as ingest_requests_sensor
 from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
-from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG, version_sensor
+from vision_rag_pipeline.defs.version_index import stale
+from vision_rag_pipeline.defs.version_sensor import version_sensor
+from vision_rag_pipeline.defs.versions import CODE_VERSION_TAG
 from vision_rag_pipeline.documents import inbox as inbox_module
 from vision_rag_pipeline.documents.inbox import file_sha256, scan_inbox
 from vision_rag_pipeline.documents.registry import DocumentRegistry, document_id_for
@@ -504,7 +506,7 @@ def current_versions() -> dict[str, str]:
     return {key.to_user_string(): graph.get(key).code_version for key in graph.materializable_asset_keys}
 
 
-def version_tick(instance, cursor: str | None | object = CARRIED):
+def version_tick(instance, cursor: str | None | object = CARRIED) -> dg.SensorResult:
     """One version-sensor tick with the cursor its previous tick left (unless one is given)."""
     from vision_rag_pipeline.definitions import defs
 
@@ -522,56 +524,112 @@ def materialize_all(instance, partition: str, overrides: dict[str, str | None] =
         record(instance, asset, partition, overrides.get(asset, version))
 
 
-def selections(result) -> dict[str, set[str]]:
-    return {r.partition_key: {k.to_user_string() for k in r.asset_selection} for r in result.run_requests}
+def rerun_requests() -> dict[str, str]:
+    """{document: the job requested} of the re-runs the version sensor requested and no run took yet;
+    taken as a run would take them, so the next call shows only what was requested since."""
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        return dict(
+            conn.execute(
+                "UPDATE documents SET state = 'queued' WHERE door = 'versions' AND state = 'requested'"
+                " RETURNING document_id, job"
+            )
+        )
 
 
-INDEX_HALF = {"document_chunks", "chunk_embeddings", "pgvector_index", "lexical_index"}
-
-
-def test_nothing_is_requested_while_versions_match(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-    materialize_all(instance, "a")
-    materialize_all(instance, "b")
+def test_nothing_is_requested_while_versions_match(instance, catalog):
+    a, b = register(instance, catalog, "a", "b")
+    materialize_all(instance, a)
+    materialize_all(instance, b)
     result = version_tick(instance)
-    assert not result.run_requests
+    assert not result.run_requests and not rerun_requests()
     assert "match the config" in result.skip_reason.skip_message  # the UI says why the tick is empty
 
 
-def test_a_stale_enrichment_re_runs_enrichment_and_downstream_only(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-    materialize_all(instance, "a", {"image_enrichments": "old-prompt"})
-    materialize_all(instance, "b")
+def test_a_stale_enrichment_is_requested_once_for_re_enrichment_and_its_tick_submits_no_run(
+    instance, catalog
+):
+    a, b = register(instance, catalog, "a", "b")
+    materialize_all(instance, a, {"image_enrichments": "old-prompt"})
+    materialize_all(instance, b)
 
-    before = _cursors.get((id(instance), "version"))
-    first = version_tick(instance)
+    result = version_tick(instance)
 
-    assert selections(first) == {"a": {"image_enrichments"} | INDEX_HALF}
-    # Evaluated again before Dagster stored the first tick: the same run, which Dagster drops by run key.
-    again = version_tick(instance, before)
-    assert [r.run_key for r in again.run_requests] == [first.run_requests[0].run_key]
-    # Once stored, the next tick knows the run was requested: nothing more until it materializes.
-    assert not version_tick(instance).run_requests
+    assert not result.run_requests, "the ingest_requests sensor makes the runs, in batches"
+    assert rerun_requests() == {a: "reenrich"}  # image_enrichments and everything downstream of it
+    assert "re-runs of 1 requested now (image_enrichments -> " in result.skip_reason.skip_message
+    [fate] = DocumentRegistry().fates([a])
+    assert fate.door == "versions"
+    # Requested once: nothing more until it materializes, even if its run fails.
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        conn.execute("UPDATE documents SET state = 'failed' WHERE document_id = %s", (a,))
+    assert not version_tick(instance).run_requests and not rerun_requests()
 
 
-def test_a_stale_catalog_is_re_run_a_few_partitions_a_tick(instance, monkeypatch):
-    from vision_rag_pipeline.defs import versions as module
-
-    monkeypatch.setattr(module, "RUNS_PER_TICK", 2)
-    partitions = [f"doc-{i}" for i in range(5)]
-    instance.add_dynamic_partitions(documents_partitions.name, partitions)
-    for partition in partitions:
+def test_a_whole_stale_catalog_is_one_request_run_in_batches_of_consecutive_partitions(instance, catalog):
+    """Every stale partition requested by one tick, in Dagster's partition order (here the reverse of
+    the ids' order), so the ingest_requests sensor's runs are ranges of consecutive partitions."""
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(5)))
+    for partition in ids:
+        instance.delete_dynamic_partition(documents_partitions.name, partition)
+    order = sorted(ids, reverse=True)
+    instance.add_dynamic_partitions(documents_partitions.name, order)
+    assert instance.get_dynamic_partitions(documents_partitions.name) == order
+    for partition in ids:
         materialize_all(instance, partition, {"document_chunks": "old-splitter"})
 
-    taken = [sorted(selections(version_tick(instance))) for _ in range(4)]
+    version_tick(instance)
+    result = ingest_requests_sensor(_context(instance, None))
 
-    assert taken == [["doc-0", "doc-1"], ["doc-2", "doc-3"], ["doc-4"], []]
+    [run] = result.run_requests
+    assert run.job_name == "reenrich"
+    assert (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    ) == (
+        order[0],
+        order[-1],
+    )
 
 
-def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance, monkeypatch):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-    materialize_all(instance, "a")
-    materialize_all(instance, "b")
+def test_a_stale_catalog_larger_than_a_tick_is_requested_over_the_next_ticks(instance, catalog, monkeypatch):
+    from vision_rag_pipeline.defs import version_sensor as module
+
+    monkeypatch.setattr(module, "REQUESTS_PER_TICK", 2)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(5)))
+    for partition in ids:
+        materialize_all(instance, partition, {"document_chunks": "old-splitter"})
+
+    taken, said = [], []
+    for _ in range(4):
+        said.append(version_tick(instance).skip_reason.skip_message)
+        taken.append(sorted(rerun_requests()))
+
+    assert taken == [ids[0:2], ids[2:4], ids[4:], []]
+    assert "3 left for the next ticks (at most 2 a tick)" in said[0]
+    assert "re-runs of 1 requested now" in said[2] and "4 requested before" in said[2]
+
+
+def test_a_quiet_tick_does_not_compare_and_a_new_materialization_does(instance, catalog, monkeypatch):
+    from vision_rag_pipeline.defs import version_sensor as module
+
+    a, b = register(instance, catalog, "a", "b")
+    materialize_all(instance, a)
+    materialize_all(instance, b)
+    version_tick(instance)
+    compared = []
+    monkeypatch.setattr(module, "stale", lambda *args: compared.append(1) or stale(*args))
+
+    assert "no new materialization since" in version_tick(instance).skip_reason.skip_message
+    assert not compared
+    record(instance, "document_chunks", b, "old-splitter")  # a run elsewhere recorded an old version
+    version_tick(instance)
+    assert compared == [1] and rerun_requests() == {b: "reenrich"}
+
+
+def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance, catalog, monkeypatch):
+    a, b = register(instance, catalog, "a", "b")
+    materialize_all(instance, a)
+    materialize_all(instance, b)
     version_tick(instance)
     read = []
     fetch = instance.fetch_materializations
@@ -582,91 +640,115 @@ def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance
         return found
 
     monkeypatch.setattr(instance, "fetch_materializations", counted)
-    assert not version_tick(instance).run_requests and read == []
-    record(instance, "document_chunks", "b", "old-splitter")  # a run elsewhere recorded an old version
+    version_tick(instance)
+    assert read == [] and not rerun_requests()
+    record(instance, "chunk_embeddings", b, "old-model")
 
-    assert selections(version_tick(instance)) == {
-        "b": {"document_chunks", "chunk_embeddings", "pgvector_index", "lexical_index"}
-    }
-    assert len(read) == 1
+    version_tick(instance)
 
-
-def test_a_partition_that_materializes_an_old_version_again_is_asked_again(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a", {"image_enrichments": "old-prompt"})
-    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
-    assert not version_tick(instance).run_requests
-    record(instance, "image_enrichments", "a", "older-still")  # e.g. a CLI with another config
-    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
+    assert rerun_requests() == {b: "reenrich"} and len(read) == 1
 
 
-def test_a_classifier_change_also_re_runs_verdicts_and_unversioned_history_counts_as_stale(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-    materialize_all(instance, "a", {"image_verdicts": "old-threshold"})
-    materialize_all(instance, "b", {"chunk_embeddings": None})
-    assert selections(version_tick(instance)) == {
-        "a": {"image_verdicts", "image_enrichments"} | INDEX_HALF,
-        "b": {"chunk_embeddings", "pgvector_index"},
-    }
+def test_a_partition_that_materializes_an_old_version_again_is_asked_again(instance, catalog):
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a, {"image_enrichments": "old-prompt"})
+    version_tick(instance)
+    assert rerun_requests() == {a: "reenrich"}
+    version_tick(instance)
+    assert not rerun_requests()
+    record(instance, "image_enrichments", a, "older-still")  # e.g. a CLI with another config
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # ... whose run recorded it ingested
+        conn.execute("UPDATE documents SET state = 'ingested' WHERE document_id = %s", (a,))
+    version_tick(instance)
+    assert rerun_requests() == {a: "reenrich"}
 
 
-def test_documents_loaded_by_an_older_loader_re_run_whole(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-    materialize_all(instance, "a", {"raw_documents": "old-loader"})
-    materialize_all(instance, "b")
-    assert selections(version_tick(instance)) == {"a": set(current_versions())}
+def test_a_document_a_run_is_under_way_for_is_left_to_it_and_compared_once_it_materialized(instance, catalog):
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a, {"image_enrichments": "old-prompt"})
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:  # a door asked for its run meanwhile
+        conn.execute("UPDATE documents SET state = 'running' WHERE document_id = %s", (a,))
+
+    waiting = version_tick(instance)
+
+    assert "1 left to the run already asked for" in waiting.skip_reason.skip_message
+    [fate] = DocumentRegistry().fates([a])
+    assert (fate.state, fate.door) == ("running", "cli"), "the run under way keeps it"
+    materialize_all(instance, a, {"image_enrichments": "old-prompt"})  # it ran with the old settings
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        conn.execute("UPDATE documents SET state = 'ingested' WHERE document_id = %s", (a,))
+    version_tick(instance)
+    assert rerun_requests() == {a: "reenrich"}
 
 
-def test_removed_partitions_are_left_alone(instance):
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a", {"image_enrichments": "old"})
-    instance.delete_dynamic_partition(documents_partitions.name, "a")
-    assert not version_tick(instance).run_requests
+def test_a_classifier_or_loader_change_re_runs_the_whole_ingest_and_unversioned_history_counts_as_stale(
+    instance, catalog
+):
+    a, b, c, d = register(instance, catalog, "a", "b", "c", "d")
+    materialize_all(instance, a, {"image_verdicts": "old-threshold"})
+    materialize_all(instance, b, {"chunk_embeddings": None})
+    materialize_all(instance, c, {"raw_documents": "old-loader"})
+    materialize_all(instance, d)
+    version_tick(instance)
+    assert rerun_requests() == {a: "ingest_document", b: "reenrich", c: "ingest_document"}
 
 
-def test_an_edited_config_waits_for_the_code_location_to_load_it(instance, tmp_path, monkeypatch):
+def test_removed_partitions_are_left_alone(instance, catalog):
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a, {"image_enrichments": "old"})
+    instance.delete_dynamic_partition(documents_partitions.name, a)
+    version_tick(instance)
+    assert not rerun_requests()
+
+
+def test_an_edited_config_waits_for_the_code_location_to_load_it(instance, catalog, monkeypatch):
     """The sensor compares with the config its process read; runs started after an edit read the new
     file, so it stands by (saying why) until its code location loads the file again."""
-    config = tmp_path / "rag.yaml"
+    config = catalog / "rag.yaml"
     config.write_text("id: before\n")
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a")
-    assert not version_tick(instance).run_requests
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a)
+    version_tick(instance)
+    assert not rerun_requests()
     config.write_text("media_enrichment: {fusion: {max_keywords: 5}}\n")
 
     waiting = version_tick(instance)
 
-    assert not waiting.run_requests
+    assert not rerun_requests()
     assert f"{config} changed since this code location read it" in waiting.skip_reason.skip_message
     config_in_effect.cache_clear()  # the code location loads again (dagster-daemon run: every minute)
-    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
+    version_tick(instance)
+    assert rerun_requests() == {a: "reenrich"}
 
 
 PROMPT_EDIT = "media_enrichment: {features: {mllm: {prompt: 'List every figure in the image.'}}}\n"
 
 
-def test_a_prompt_edit_without_a_vision_model_re_runs_nothing(instance, tmp_path, monkeypatch):
+def test_a_prompt_edit_without_a_vision_model_re_runs_nothing(instance, catalog, monkeypatch):
     """Offline the prompt reaches no output: re-running would re-read every image for the same text."""
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a")
-    config = tmp_path / "rag.yaml"
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a)
+    config = catalog / "rag.yaml"
     config.write_text(PROMPT_EDIT)
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
 
-    assert not version_tick(instance).run_requests
+    version_tick(instance)
+    assert not rerun_requests()
 
 
-def test_a_prompt_edit_with_a_vision_model_re_enriches(instance, tmp_path, monkeypatch):
+def test_a_prompt_edit_with_a_vision_model_re_enriches(instance, catalog, monkeypatch):
     from vision_rag_pipeline.defs.versions import code_versions
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # configured, never called here
-    instance.add_dynamic_partitions(documents_partitions.name, ["a"])
-    materialize_all(instance, "a", code_versions())  # as runs with that model recorded them
-    assert not version_tick(instance).run_requests
-    config = tmp_path / "rag.yaml"
+    [a] = register(instance, catalog, "a")
+    materialize_all(instance, a, code_versions())  # as runs with that model recorded them
+    version_tick(instance)
+    assert not rerun_requests()
+    config = catalog / "rag.yaml"
     config.write_text(PROMPT_EDIT)
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
     config_in_effect.cache_clear()  # the code location loads with the edited file
 
-    assert selections(version_tick(instance)) == {"a": {"image_enrichments"} | INDEX_HALF}
+    version_tick(instance)
+    assert rerun_requests() == {a: "reenrich"}

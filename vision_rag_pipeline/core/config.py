@@ -590,9 +590,9 @@ def inbox_settle_seconds(default: float) -> float:
 
 
 def sensor_runs_per_tick(default: int) -> int:
-    """How many runs one sensor tick requests at most (`VISION_RAG_SENSOR_RUNS_PER_TICK`, read when the
-    code location loads): the inbox's files and the version sensor's stale partitions beyond it are
-    taken by the following ticks, so no tick outlasts Dagster's 60 s however large the change."""
+    """How many files the inbox sensor takes a tick at most (`VISION_RAG_SENSOR_RUNS_PER_TICK`, read when
+    the code location loads): the files beyond it are taken by the following ticks, so no tick
+    outlasts Dagster's 60 s however large the drop."""
     return int(os.environ.get(SENSOR_RUNS_PER_TICK_ENV) or default)
 
 

@@ -30,7 +30,8 @@ from vision_rag_pipeline.defs.resources import (
     LexicalIndexResource,
     RagConfigResource,
 )
-from vision_rag_pipeline.defs.versions import code_versions, version_sensor
+from vision_rag_pipeline.defs.version_sensor import version_sensor
+from vision_rag_pipeline.defs.versions import code_versions
 
 
 def _executor() -> dg.ExecutorDefinition:

@@ -6,28 +6,11 @@ the one a partition was last materialized with, that partition is stale from thi
 nothing upstream of it needs to run again.
 Settings that change only speed (OCR workers, batch sizes) or bookkeeping (cache expiry) are left out.
 
-`version_sensor` compares, per partition, the version recorded on the latest materialization (tag
-`dagster/code_version`) with the one its code location computed from the config in effect when it
-loaded (the same versions the UI shows); where they differ it requests a run of that asset and
-everything downstream of it, at most `VISION_RAG_SENSOR_RUNS_PER_TICK` partitions a tick, the
-following ticks taking the rest. The recorded versions come from `version_index.py`, which reads each
-materialization once, when it is new, into a table of the index database: a tick costs the new
-materializations and one query, not a read of every partition's events (which took 45-56 s a tick at
-10,000 documents). After an edit of the config file the sensor waits for its code location's next load,
-which `dagster-daemon run` makes every minute: runs started meanwhile read the new file, and comparing
-them with the old versions would re-run what they just did. No setting changes how a file loads, so
-raw_documents' version is the loaders' revision alone (an upgrade that loads files differently re-runs
-every document), and extracted_images, which only stores what raw_documents loaded, has none of its
-own; lexical_index's is the lexical analysis' revision (a new analysis writes each document's entries
-again, nothing upstream). The enrichment and embedding caches make a re-run pay only for images and
-chunk texts that really changed.
-
-A sensor rather than `AutomationCondition.code_version_changed()`: the condition compares with the
-previous evaluation tick only, so a change deployed while the daemon was off, or a partition that
-failed to re-run, would never be picked up again; the recorded versions are the durable truth. Runs
-requested tick by tick rather than one Dagster backfill: a sensor can start a backfill only through
-`RunRequest.for_asset_graph_subset`, which Dagster keeps private, and an asset backfill over 100,000
-partitions started about 8 runs a minute (BENCHMARKS.md "Catalog of 100,000 documents").
+No setting changes how a file loads, so raw_documents' version is the loaders' revision alone (an
+upgrade that loads files differently re-runs every document), and extracted_images, which only stores
+what raw_documents loaded, has none of its own; lexical_index's is the lexical analysis' revision (a
+new analysis writes each document's entries again, nothing upstream). `version_sensor`
+(defs/version_sensor.py) compares them with the versions each partition recorded.
 """
 
 from __future__ import annotations
@@ -40,24 +23,9 @@ import dagster as dg
 from dagster import DagsterEventType
 
 from vision_rag_pipeline.chunks.build import CHUNKING_REVISION
-from vision_rag_pipeline.core.config import (
-    RagConfig,
-    config_in_effect,
-    sensor_interval_seconds,
-    sensor_runs_per_tick,
-)
-from vision_rag_pipeline.core.config_in_use import last_config_used, say_once_if_different
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect
 from vision_rag_pipeline.defs.host_inputs import embedding_model_sha256
-from vision_rag_pipeline.defs.partitions import documents_partitions
-from vision_rag_pipeline.defs.version_index import (
-    CODE_VERSION_TAG,
-    StaleAsset,
-    forget_partitions,
-    mark_requested,
-    new_catalog,
-    read_new_materializations,
-    stale,
-)
+from vision_rag_pipeline.defs.version_index import CODE_VERSION_TAG
 from vision_rag_pipeline.documents.loader import LOADER_REVISION
 from vision_rag_pipeline.embeddings.encoder import precision_settings
 from vision_rag_pipeline.enrichment.batch import enrichment_engine
@@ -216,113 +184,3 @@ def up_to_date_partitions(
         )
 
     return {partition for partition, sha256 in file_sha256.items() if fresh(partition, sha256)}
-
-
-RUNS_PER_TICK = sensor_runs_per_tick(100)
-READ_BUDGET_S = 3.0  # of a tick, for reading new materializations; the rest waits for the next tick
-
-
-@dg.sensor(
-    name="version_sensor",
-    job_name="ingest_document",
-    minimum_interval_seconds=sensor_interval_seconds(60),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When the enrichment, classifier, chunking or embedding settings (or the loaders' code or "
-    "the lexical analysis) change, re-runs the changed asset and its downstream assets for every partition "
-    f"materialized with the old ones, at most {RUNS_PER_TICK} partitions a tick. Compares with the config "
-    "this code location loaded; after an edit of the file it waits for the next load.",
-)
-def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    in_effect = config_in_effect()
-    on_disk = in_effect.file_now()
-    if on_disk.sha256 != in_effect.sha256:
-        # Runs started now read the new file; comparing their versions with this process' old ones
-        # would re-run every partition they touch. The code location's next load compares with them.
-        return dg.SensorResult(
-            skip_reason=dg.SkipReason(
-                f"{in_effect.path} changed since this code location read it (settings {in_effect.sha256[:12]} "
-                f"-> {on_disk.sha256[:12]}): it compares with the new settings once reloaded (dagster-daemon "
-                "run reloads it within a minute; under dagster dev: Deployment -> Reload)"
-            )
-        )
-    say_once_if_different(in_effect, last_config_used(), context.log.warning)
-    current = code_versions(in_effect.config)
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    catalog = cursor.get("catalog") or new_catalog()
-    if cursor.get("requested"):  # the previous tick's requests reached Dagster: this cursor did too
-        mark_requested(catalog, cursor["requested"])
-    read = cursor.get("after", {})
-    after, complete = read_new_materializations(
-        context.instance, catalog, {asset: read.get(asset, 0) for asset in current}, READ_BUDGET_S
-    )
-    state: dict = {"catalog": catalog, "after": after}
-    if not complete:
-        context.update_cursor(json.dumps(state))
-        return dg.SensorResult(
-            skip_reason=dg.SkipReason(
-                f"reading the materializations recorded since the last tick (up to storage ids {after}); the "
-                "next tick goes on from there before comparing versions"
-            )
-        )
-    rows, counts = stale(catalog, current, RUNS_PER_TICK)
-    by_partition: dict[str, list[StaleAsset]] = {}
-    for row in rows:
-        by_partition.setdefault(row.partition, []).append(row)
-    gone = [
-        p for p in by_partition if not context.instance.has_dynamic_partition(documents_partitions.name, p)
-    ]
-    if gone:
-        forget_partitions(catalog, gone)
-    run_requests, requested = _rerun_requests(context, current, by_partition, set(gone))
-    state["requested"] = requested
-    context.update_cursor(json.dumps(state))
-    if not run_requests:
-        message = (
-            f"the versions recorded for all {counts.partitions} partitions match the config in effect, "
-            f"{in_effect.describe()}"
-            if not counts.stale
-            else f"{counts.stale} of {counts.partitions} partitions recorded other versions than the config in "
-            f"effect, {in_effect.describe()}; their re-runs were requested ({counts.requested} not yet done, "
-            "the others failed: a new materialization, or a new version, asks again)"
-        )
-        return dg.SensorResult(skip_reason=dg.SkipReason(message))
-    context.log.info(
-        f"{counts.stale} of {counts.partitions} partitions recorded other versions than the config in effect, "
-        f"{in_effect.describe()}: re-running {len(run_requests)} now, at most {RUNS_PER_TICK} a tick"
-    )
-    return dg.SensorResult(run_requests=run_requests)
-
-
-def _rerun_requests(
-    context: dg.SensorEvaluationContext,
-    current: dict[str, str],
-    by_partition: dict[str, list[StaleAsset]],
-    gone: set[str],
-) -> tuple[list[dg.RunRequest], dict[str, dict[str, int]]]:
-    """A run per stale partition of its stale assets and everything downstream; and what the next
-    tick records as requested once Dagster accepted them ({"asset@version": {partition: storage id}})."""
-    asset_graph = context.repository_def.asset_graph
-    run_requests, requested = [], {}
-    for partition, changed in sorted(by_partition.items()):
-        if partition in gone:
-            continue
-        keys = [dg.AssetKey(row.asset) for row in changed]
-        selection = dg.AssetSelection.assets(*keys).downstream().resolve(asset_graph)
-        run_requests.append(
-            dg.RunRequest(
-                partition_key=partition,
-                asset_selection=sorted(selection, key=lambda key: key.to_user_string()),
-                # One run per stale state, should a tick be evaluated again before its cursor is stored.
-                run_key=f"{partition}:"
-                + ",".join(f"{row.asset}#{row.storage_id}@{current[row.asset]}" for row in changed),
-                tags={
-                    "vision_rag/stale": ", ".join(
-                        f"{row.asset} {row.recorded or 'unversioned'} -> {current[row.asset]}"
-                        for row in changed
-                    )
-                },
-            )
-        )
-        for row in changed:
-            requested.setdefault(f"{row.asset}@{current[row.asset]}", {})[partition] = row.storage_id
-    return run_requests, requested
