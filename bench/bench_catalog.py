@@ -1,5 +1,5 @@
 """A catalog of N documents and what it costs to keep it: sensor ticks under a real daemon, the asset
-page's partition health, backfill submission, and one more document's ingest.
+page's partition health, backfill requests turned into runs, and one more document's ingest.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py build --docs 100000 [--home /tmp/bench_catalog]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000]
@@ -9,34 +9,41 @@ page's partition health, backfill submission, and one more document's ingest.
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ingest-one [--rounds 3]
 
 `build` is resumable (run it again after an interruption; it continues where it stopped) and makes the
-catalog the way a user's would be made, through the project's own registration path: N small PDFs
-(1,000 per folder) are dropped into the inbox and registered by `inbox_sensor` ticks, called as the
-daemon calls them (their partition requests applied, their cursor carried), then every partition gets
-one materialization of each of the 8 assets. Those are written as runless events, 4,000 per batch,
-with the metadata and tags a real run recorded: one real `vision-rag ingest` of a sample PDF first,
-whose events are the template (code versions in effect, data version = the file's sha256), so a
-tick reads event bodies of a real run's size.
+catalog the way a user's would be made, through the project's one way in: N small PDFs (1,000 per
+folder) are dropped into the inbox; `inbox_sensor` ticks request them (registry rows, partitions;
+`--files-per-tick` of them a tick) and `ingest_requests` ticks claim them into batch runs, both called
+as the daemon calls them; each batch is then recorded as its successful run would record it. Then
+every partition gets one materialization of each of the 8 assets, written as runless events, 4,000
+per batch, with the metadata and tags a real run recorded: one real `vision-rag ingest` of a sample
+PDF first, whose events are the template (code versions in effect, data version = the file's
+sha256), so a tick reads event bodies of a real run's size.
 
-`ticks` starts a real `dagster-daemon` (its code server, sensors in threads as the instance says) on
-the catalog for `--seconds` and reports each sensor's tick durations (Dagster's own tick records: start
-to end, run submission included). `--change-config` edits the config file first (a setting that makes
-every partition's enrichments stale); `--drop N` writes N more files into the inbox first. `version`
-calls `version_sensor` in this process as the daemon does, tick after tick with its cursor, from an
-empty cursor (a new sensor on an existing catalog reads every materialization once) until a tick
-finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the catalog it
-read); with `--change-config` the code location loads an edited config first,
-and the ticks request re-runs (not submitted: this measures the sensor alone). `health`
-times the asset page's partition-health query (the UI's `PartitionHealthQuery`) against a fresh
-`dagster-webserver`: the first answer cold, then warm. `backfill` runs `vision-rag backfill
---submit` over every partition for `--seconds` and counts the runs its backfills create per minute. `ingest-one` times
-`vision-rag ingest` of one new one-page text PDF (no image: its cost is almost all bookkeeping) into
-the catalog, `--rounds` times: Dagster's run stats (start to end) and the whole command.
+`ticks` starts a real `dagster-daemon` (its code server, sensors in threads as the instance says, at
+most `--max-runs` runs executing at once) on the catalog for `--seconds` and reports each sensor's
+tick durations (Dagster's own tick records: start to end, run submission included), the runs created
+and the registry's unfinished documents. `--change-config` edits the config file first (a setting
+that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first.
+`version` calls `version_sensor` in this process as the daemon does, tick after tick with its cursor,
+from an empty cursor (a new sensor on an existing catalog reads every materialization once) until a
+tick finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the
+catalog it read); with `--change-config` the code location loads an edited config first, and the
+ticks request re-runs in the registry (no daemon runs them: this measures the sensor alone).
+`health` times the asset page's partition-health query (the UI's `PartitionHealthQuery`) against a
+fresh `dagster-webserver`: the first answer cold, then warm. `backfill` requests every partition with
+`vision-rag backfill --submit`, then runs a daemon for `--seconds` and counts the runs its
+`ingest_requests` sensor creates and the documents they cover. `ingest-one` times `vision-rag ingest`
+of one new one-page text PDF (no image: its cost is almost all bookkeeping) into the catalog,
+`--rounds` times: Dagster's run stats (start to end) and the whole command.
+
+The catalog's partitions have no stored asset values, so the runs a measurement starts fail loading
+their inputs; tick figures do not depend on that.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
@@ -51,6 +58,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_operations_review.pdf"
 FILES_PER_FOLDER = 1000
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 EVENTS_PER_BATCH = 4000
 
 
@@ -110,9 +118,9 @@ def vision_rag(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 # --- build ------------------------------------------------------------------------------------------------
 
 
-def build(home: Path, docs: int) -> None:
+def build(home: Path, docs: int, files_per_tick: int) -> None:
     env = environment(home)
-    os.environ.update(env)
+    os.environ.update(env | {"VISION_RAG_SENSOR_RUNS_PER_TICK": str(files_per_tick)})
     progress = load_progress(home)
     if progress.get("docs", docs) != docs:
         sys.exit(f"{home} holds a catalog of {progress['docs']} documents; use another --home")
@@ -139,37 +147,54 @@ def build(home: Path, docs: int) -> None:
 
 
 def register(home: Path) -> dict:
-    """inbox_sensor ticks until the inbox is registered; their partition requests applied."""
+    """inbox_sensor and ingest_requests ticks, called as the daemon calls them, until the inbox is
+    registered: the inbox requests its new files (registry rows, partitions), ingest_requests claims
+    them into batch runs, and each batch is then recorded as a run that succeeded records it (its
+    documents `ingested`); the runs themselves are not executed (`materialize` writes their events)."""
     import dagster as dg
 
     from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.inbox import inbox_sensor
+    from vision_rag_pipeline.defs.intake import ingest_requests
     from vision_rag_pipeline.defs.resources import IndexDatabase
     from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
     instance = dagster_instance()
-    cursor, seconds, requested = None, [], 0
+    registry = DocumentRegistry()
+    cursor, inbox_s, requests_s, runs = None, [], [], 0
     while True:
         context = dg.build_sensor_context(
             instance=instance, cursor=cursor, resources={"index_db": IndexDatabase()}, definitions=defs
         )
         started = time.perf_counter()
-        result = inbox_sensor(context)
-        seconds.append(time.perf_counter() - started)
+        inbox_sensor(context)
+        inbox_s.append(time.perf_counter() - started)
         cursor = context.cursor
-        if isinstance(result, dg.SkipReason) or not result.run_requests:
+        waiting = registry.waiting("inbox")
+        if not waiting:
             break
-        requested += len(result.run_requests)
-        for request in result.dynamic_partitions_requests:
-            if isinstance(request, dg.AddDynamicPartitionsRequest):
-                instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-        print(f"tick {len(seconds)}: {len(result.run_requests)} files in {seconds[-1]:.1f} s", flush=True)
+        while True:
+            context = dg.build_sensor_context(
+                instance=instance, resources={"index_db": IndexDatabase()}, definitions=defs
+            )
+            started = time.perf_counter()
+            result = ingest_requests(context)
+            requests_s.append(time.perf_counter() - started)
+            if not result.run_requests:
+                break
+            for request in result.run_requests:
+                registry.finish([request.run_key], registry.of_run([request.run_key]), "ingested")
+            runs += len(result.run_requests)
+        print(f"inbox tick {len(inbox_s)}: {waiting} files requested in {inbox_s[-1]:.1f} s", flush=True)
     return {
         "registered": True,
-        "register_ticks": len(seconds),
-        "register_requests": requested,
-        "register_tick_s_max": round(max(seconds), 2),
-        "register_tick_s_median": round(statistics.median(seconds), 2),
+        "inbox_ticks": len(inbox_s),
+        "inbox_tick_s_median": round(statistics.median(inbox_s), 2),
+        "inbox_tick_s_max": round(max(inbox_s), 2),
+        "ingest_requests_ticks": len(requests_s),
+        "ingest_requests_tick_s_median": round(statistics.median(requests_s), 2) if requests_s else None,
+        "batch_runs_requested": runs,
     }
 
 
@@ -255,9 +280,19 @@ ASSETS = (
 
 
 class Daemon:
-    """`dagster-daemon run` on the catalog, in its own process group (stopped with what it started)."""
+    """`dagster-daemon run` on the catalog, in its own process group (stopped with what it started),
+    executing at most `max_runs` runs at once: the machine is shared, and the catalog's runs fail
+    anyway (its partitions have no stored values), so they only add load. The instance file is
+    restored when it stops."""
 
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, home: Path, env: dict[str, str], max_runs: int) -> None:
+        import yaml
+
+        self.instance_yaml = home / "dagster" / "dagster.yaml"
+        self.instance_text = self.instance_yaml.read_text()
+        instance = yaml.safe_load(self.instance_text)
+        instance["concurrency"]["runs"]["max_concurrent_runs"] = max_runs
+        self.instance_yaml.write_text(yaml.safe_dump(instance))  # no header: vision-rag leaves it as it is
         self.log = (home / "daemon.log").open("ab")
         self.process = subprocess.Popen(
             [
@@ -283,6 +318,7 @@ class Daemon:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.log.close()
+        self.instance_yaml.write_text(self.instance_text)
 
 
 def sensor_ticks(instance, since: float) -> dict[str, list]:  # noqa: ANN001
@@ -331,7 +367,7 @@ def adopt_version_cursor(home: Path, env: dict[str, str], instance) -> None:  # 
     saved.rename(saved.with_suffix(".adopted"))
 
 
-def run_daemon(home: Path, seconds: float, change_config: bool, drop: int) -> None:
+def run_daemon(home: Path, seconds: float, change_config: bool, drop: int, max_runs: int) -> None:
     env = environment(home)
     os.environ.update(env)
     from vision_rag_pipeline.defs.runner import dagster_instance
@@ -350,7 +386,7 @@ def run_daemon(home: Path, seconds: float, change_config: bool, drop: int) -> No
     adopt_version_cursor(home, env, instance)
     since = time.time()
     load = os.getloadavg()
-    daemon = Daemon(home, env)
+    daemon = Daemon(home, env, max_runs)
     try:
         time.sleep(seconds)
     finally:
@@ -360,11 +396,41 @@ def run_daemon(home: Path, seconds: float, change_config: bool, drop: int) -> No
         "seconds": seconds,
         "change_config": change_config,
         "drop": drop,
+        "max_runs": max_runs,
         "load_average_at_start": [round(x, 2) for x in load],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "sensors": {name: tick_report(found) for name, found in ticks.items()},
-        "runs": instance.get_runs_count(),
+        "runs_created_and_documents_in_them": runs_since(instance, since),
+        "registry": registry_states(),
     }
     print(json.dumps(report, indent=2))
+
+
+def runs_since(instance, since: float) -> tuple[int, int]:  # noqa: ANN001
+    """Runs created since `since` (epoch seconds), and the documents they cover (a batch: its range)."""
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+
+    order = {key: i for i, key in enumerate(instance.get_dynamic_partitions(documents_partitions.name))}
+    runs = instance.get_runs(dg.RunsFilter(created_after=dt.datetime.fromtimestamp(since, dt.UTC)))
+    documents = 0
+    for run in runs:
+        start, end = run.tags.get(RANGE_START), run.tags.get(RANGE_END)
+        documents += order[end] - order[start] + 1 if start in order and end in order else 1
+    return len(runs), documents
+
+
+def registry_states() -> dict[str, int]:
+    """{"state door": documents} of the registry, the ingested ones left out."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT coalesce(state, '-') || ' ' || coalesce(door, '-'), count(*) FROM documents"
+            " WHERE state IS DISTINCT FROM 'ingested' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    return dict(rows)
 
 
 def version_ticks(home: Path, change_config: bool, resume: bool) -> None:
@@ -378,9 +444,11 @@ def version_ticks(home: Path, change_config: bool, resume: bool) -> None:
 
     from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.runner import dagster_instance
-    from vision_rag_pipeline.defs.versions import version_sensor
+    from vision_rag_pipeline.defs.version_sensor import version_sensor
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
 
     instance = dagster_instance()
+    registry = DocumentRegistry()
     saved = [
         path for path in (home / "version_cursor.json", home / "version_cursor.adopted") if path.exists()
     ]
@@ -388,11 +456,12 @@ def version_ticks(home: Path, change_config: bool, resume: bool) -> None:
     ticks, settled = [], 0
     while settled < 6:
         context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+        before = registry.waiting("versions")
         started = time.perf_counter()
         result = version_sensor(context)
         seconds = time.perf_counter() - started
         cursor = context.cursor
-        requested = len(result.run_requests or [])
+        requested = registry.waiting("versions") - before
         reason = result.skip_reason.skip_message if result.skip_reason else ""
         ticks.append({"s": round(seconds, 2), "requested": requested, "skip": reason[:120]})
         print(json.dumps(ticks[-1]), flush=True)
@@ -511,43 +580,52 @@ def health(home: Path, rounds: int, asset: str, port: int = 3311) -> None:
 # --- backfill submission and one more document ------------------------------------------------------------
 
 
-def backfill(home: Path, seconds: float) -> None:
-    """`vision-rag backfill --submit` over every partition for `seconds` (then stopped): how fast the
-    backfills' runs are created and queued, sampled every 30 s."""
+def backfill(home: Path, seconds: float, max_runs: int) -> None:
+    """`vision-rag backfill --submit` over every partition (the request: one statement in the registry),
+    then a real daemon for `seconds`: how fast its ingest_requests sensor turns the requests into runs
+    (documents claimed and runs created a minute, its ticks' durations). The requests left are put
+    back to ingested afterwards, so the catalog stays as built."""
     env = environment(home)
     os.environ.update(env)
+    from vision_rag_pipeline.core.postgres import connect
     from vision_rag_pipeline.defs.runner import dagster_instance
 
     instance = dagster_instance()
-    before = instance.get_runs_count()
-    log = (home / "backfill.log").open("ab")
-    submit = subprocess.Popen(
-        [sys.executable, "-m", "vision_rag_pipeline.cli", "backfill", "--submit"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    counts = []
-    begin = time.monotonic()
+    started = time.perf_counter()
+    done = vision_rag("backfill", "--submit", env=env)
+    request_s = time.perf_counter() - started
+    if done.returncode:
+        sys.exit(done.stderr[-2000:])
+    since = time.time()
+    load = os.getloadavg()
+    daemon = Daemon(home, env, max_runs)
     try:
-        while time.monotonic() - begin < seconds and submit.poll() is None:
-            time.sleep(30)
-            counts.append((round(time.monotonic() - begin), instance.get_runs_count() - before))
+        time.sleep(seconds)
     finally:
-        if submit.poll() is None:
-            os.killpg(submit.pid, signal.SIGTERM)
-            submit.wait(timeout=60)
-        log.close()
-    first = next((at for at, count in counts if count), None)
-    created = counts[-1][1] if counts else 0
-    rate = created / ((counts[-1][0] - first + 30) / 60) if first is not None else 0
+        daemon.stop()
+    created, documents = runs_since(instance, since)
+    states = registry_states()
+    ticks = sensor_ticks(instance, since)
+    with connect() as conn:  # the catalog as it was: its partitions' re-runs would only fail
+        conn.execute(
+            "UPDATE documents SET state = 'ingested', run_key = NULL WHERE door = 'backfill'"
+            " AND state IN ('requested', 'queued', 'failed')"
+        )
     print(
         json.dumps(
             {
-                "runs_created": counts,
-                "runs_per_minute": round(rate),
-                "hours_for_100k": round(100_000 / rate / 60, 1) if rate else None,
+                "request_s": round(request_s, 2),
+                "request_says": done.stdout.strip(),
+                "seconds": seconds,
+                "max_runs": max_runs,
+                "load_average_at_start": [round(x, 2) for x in load],
+                "runs_created": created,
+                "runs_per_minute": round(created / seconds * 60),
+                "documents_in_them": documents,
+                "documents_per_minute": round(documents / seconds * 60),
+                "hours_for_100k": round(100_000 / (documents / seconds) / 3600, 1) if documents else None,
+                "registry": states,
+                "sensors": {name: tick_report(found) for name, found in ticks.items()},
             },
             indent=2,
         )
@@ -610,21 +688,33 @@ def main() -> None:
         "--resume", action="store_true", help="version: start from the cursor the last one left"
     )
     parser.add_argument("--drop", type=int, default=0)
+    parser.add_argument(
+        "--files-per-tick",
+        type=int,
+        default=2000,
+        help="build: the inbox sensor's files a tick while it registers",
+    )
+    parser.add_argument(
+        "--max-runs",
+        type=int,
+        default=1,
+        help="ticks, backfill: runs the daemon executes at once (the CPU they take)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--asset", default="image_enrichments")
     args = parser.parse_args()
     args.home = args.home.resolve()
     args.home.mkdir(parents=True, exist_ok=True)
     if args.command == "build":
-        build(args.home, args.docs)
+        build(args.home, args.docs, args.files_per_tick)
     elif args.command == "ticks":
-        run_daemon(args.home, args.seconds, args.change_config, args.drop)
+        run_daemon(args.home, args.seconds, args.change_config, args.drop, args.max_runs)
     elif args.command == "version":
         version_ticks(args.home, args.change_config, args.resume)
     elif args.command == "health":
         health(args.home, args.rounds, args.asset)
     elif args.command == "backfill":
-        backfill(args.home, args.seconds)
+        backfill(args.home, args.seconds, args.max_runs)
     else:
         ingest_one(args.home, args.rounds)
 
