@@ -1,6 +1,9 @@
 """The local run history: Dagster's SQLite files, written through engines kept between calls."""
 
 import multiprocessing
+import time
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import dagster as dg
@@ -134,27 +137,44 @@ def test_an_up_to_date_config_is_not_rewritten(tmp_path: Path) -> None:
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
-def _rewrite_with_other_pool_limits(home: str, rounds: int) -> None:
-    """Another ingest process whose config differs (an upgrade): pool limit 2 and 3 by turns."""
+# Reads of the config, each racing the other process's rewrites. With the rewrite in place (the bug
+# the test guards), 8 to 15 of 60 reads saw Dagster's defaults, the first of them by the 7th read
+# (5 tries): 40 reads miss it with a chance under 1 in 300. Bounded by reads, not rewrites: the
+# reads are what can fail, and 3,000 rewrites took 145 s for the same assertion.
+READS = 40
+
+
+def _rewrite_with_other_pool_limits(home: str, stop: Event, rewrites: Synchronized) -> None:
+    """Another ingest process whose config differs (an upgrade): pool limit 2 and 3 by turns, until stopped."""
     template = runner.LOCAL_INSTANCE_BODY
-    for index in range(rounds):
-        runner.LOCAL_INSTANCE_BODY = template.replace("default_limit: 2", f"default_limit: {2 + index % 2}")
+    while not stop.is_set():
+        rewrites.value += 1
+        runner.LOCAL_INSTANCE_BODY = template.replace(
+            "default_limit: 2", f"default_limit: {2 + rewrites.value % 2}"
+        )
         write_local_instance_config(Path(home))
 
 
 def test_a_process_starting_while_another_writes_the_config_reads_a_whole_one(tmp_path: Path) -> None:
     write_local_instance_config(tmp_path)
-    writer = multiprocessing.get_context("spawn").Process(
-        target=_rewrite_with_other_pool_limits, args=(str(tmp_path), 3000)
-    )
+    spawn = multiprocessing.get_context("spawn")
+    stop, rewrites = spawn.Event(), spawn.Value("q", 0)
+    writer = spawn.Process(target=_rewrite_with_other_pool_limits, args=(str(tmp_path), stop, rewrites))
     writer.start()
-    limits = set()
-    while writer.is_alive():
-        with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-            limits.add(instance.global_op_concurrency_default_limit)
-    writer.join()
+    try:
+        while rewrites.value < 2 and writer.is_alive():  # its first rewrite (limit 3) is done
+            time.sleep(0.05)
+        before = rewrites.value
+        limits = []
+        for _ in range(READS):
+            with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+                limits.append(instance.global_op_concurrency_default_limit)
+        assert rewrites.value > before and writer.is_alive(), "the reads raced the rewrites"
+    finally:
+        stop.set()
+        writer.join(timeout=60)
     assert writer.exitcode == 0
-    assert limits <= {2, 3}, "an instance came up without our config (a half-written dagster.yaml)"
+    assert set(limits) <= {2, 3}, "an instance came up without our config (a half-written dagster.yaml)"
 
 
 @dg.asset(pool="vision_model")
