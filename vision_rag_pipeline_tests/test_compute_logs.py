@@ -87,3 +87,20 @@ def test_a_database_that_does_not_answer_fails_a_read_within_the_connect_bound(t
 def test_statements_run_under_a_bound(fresh_database: str, tmp_path: Path) -> None:
     with _manager(fresh_database, tmp_path)._connect() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone() == (f"{STATEMENT_TIMEOUT_S // 60}min",)
+
+
+def test_a_manager_without_a_local_dir_removes_its_own_folder_on_dispose(fresh_database: str) -> None:
+    """Each process that opens the instance makes one: left behind, they piled up in /tmp."""
+    manager = PostgresComputeLogManager(fresh_database)
+    key = ["run-4", "compute_logs", "step-d"]
+    with manager.capture_logs(key):
+        print("a line")
+        sys.stdout.flush()
+    folder = Path(manager.local_manager.get_captured_local_path(key, "out")).parents[2]
+    assert folder.name.startswith("vision-rag-compute-logs-") and folder.is_dir()
+    manager.dispose()
+    assert not folder.exists()
+    reader = PostgresComputeLogManager(fresh_database)
+    out, _ = reader.get_log_data_for_type(key, ComputeIOType.STDOUT, 0, None)
+    reader.dispose()
+    assert out == b"a line\n", "the log itself stays in the database"

@@ -17,6 +17,7 @@ too), which has no public name: it comes from defs/dagster_internals.py.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -73,9 +74,10 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
         super().__init__()
         # dagster-postgres names the SQLAlchemy driver in the scheme; libpq wants the plain one.
         self._url = postgres_url.replace("postgresql+psycopg2://", "postgresql://")
-        self._local_manager = CapturedComputeLogManager(
-            local_dir or tempfile.mkdtemp(prefix="vision-rag-compute-logs-")
-        )
+        # a folder of its own unless configured, removed on dispose: every process that opens the
+        # instance (each run, the daemon, the webserver) makes one
+        self._own_dir = None if local_dir else tempfile.mkdtemp(prefix="vision-rag-compute-logs-")
+        self._local_manager = CapturedComputeLogManager(local_dir or self._own_dir)
         self._upload_interval = upload_interval
         self._subscription_manager = PollingComputeLogSubscriptionManager(self)
         self._inst_data = inst_data
@@ -209,3 +211,5 @@ class PostgresComputeLogManager(TruncatingCloudStorageComputeLogManager, Configu
     def dispose(self) -> None:
         self._subscription_manager.dispose()
         super().dispose()
+        if self._own_dir:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
