@@ -8,7 +8,8 @@
 # the core release they came with) together; where the index lacks a library's or the webserver's
 # matching release, the newest it has is installed beside the newest core without its pin, and
 # `pip check` lists that mismatch before the tests run. A re-run with the same newest releases
-# installs nothing: the versions are kept in .venv-newest/dagster-versions. Without the index
+# installs nothing: the versions are kept in .venv-newest/dagster-versions, with a hash of
+# pyproject.toml (a change of the project's requirements copies .venv again). Without the index
 # (offline), the venv that exists is used as it is.
 #
 # The tests: every module that imports Dagster, starts a Dagster process (dagster-daemon, dagster
@@ -42,7 +43,7 @@ done
 if [ ${#wanted[@]} -eq 0 ]; then
   [ -x "$venv/bin/python" ] || { echo "the package index cannot be reached and $venv does not exist" >&2; exit 1; }
   echo "the package index cannot be reached: testing $venv as it is" >&2
-elif [ "$(cat "$venv/dagster-versions" 2>/dev/null)" != "${wanted[*]}" ]; then
+elif [ "$(cat "$venv/dagster-versions" 2>/dev/null)" != "${wanted[*]} $(sha256sum <pyproject.toml)" ]; then
   echo "building $venv: ${wanted[*]}" >&2
   rm -rf "$venv.partial" "$venv"
   cp -a .venv "$venv.partial"
@@ -51,7 +52,7 @@ elif [ "$(cat "$venv/dagster-versions" 2>/dev/null)" != "${wanted[*]}" ]; then
   # a venv's scripts name their interpreter by absolute path: the copied ones and the new ones
   grep -rlIE "$PWD/(\.venv|$venv\.partial)/" "$venv.partial/bin" |
     xargs sed -i -E "s#$PWD/(\.venv|$venv\.partial)/#$PWD/$venv/#g"
-  echo "${wanted[*]}" >"$venv.partial/dagster-versions"
+  echo "${wanted[*]} $(sha256sum <pyproject.toml)" >"$venv.partial/dagster-versions"
   mv "$venv.partial" "$venv"
 fi
 
