@@ -215,18 +215,24 @@ def test_deciding_that_files_are_unchanged_imports_no_image_or_document_reader()
 
 
 def _ingest_in_a_new_process(doc: Path, env: dict[str, str], loader_revision: int = LOADER_REVISION) -> dict:
-    """`vision-rag ingest --json` in a new process, whose loaders say they are at `loader_revision`."""
+    """`vision-rag ingest --json` in a new process, whose loaders say they are at `loader_revision`.
+
+    It ends as the `vision-rag` command does (`run`: no interpreter teardown). Through `sys.exit`,
+    a daemon thread still in torch's or Tesseract's C++ at teardown aborted the process now and then
+    ("terminate called without an active exception"), after its work and output were done."""
     command = [
         sys.executable,
         "-c",
-        "import sys; from vision_rag_pipeline.defs import versions; "
+        "from vision_rag_pipeline.defs import versions; "
         f"versions.LOADER_REVISION = {loader_revision}; "
-        "from vision_rag_pipeline.cli import main; sys.exit(main())",
+        "from vision_rag_pipeline.cli import run; run()",
         "ingest",
         str(doc),
         "--json",
     ]
-    return json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def _remove(document_id: str) -> None:
