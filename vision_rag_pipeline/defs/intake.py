@@ -66,10 +66,17 @@ MAX_BATCH_DOCUMENTS = max_batch_documents(20)
 MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
 MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
-# Creating a run costs the daemon about 0.5 s on a small machine (BENCHMARKS.md "Catalog of 100,000
-# documents"): a tick makes at most this many, so it stays within seconds however many documents wait.
+# What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 0.5 s
+# a run, and for a run over a partition range also one load of every partition key per asset and
+# check of the job (its planned events: 12 in ingest_document), 1.5-2 s each at 100,000 partitions on
+# 2 busy cores (BENCHMARKS.md "Catalog of 100,000 documents"). A tick makes at most MAX_RUNS_PER_TICK
+# runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first always), so it stays
+# within seconds however many documents wait and however large the catalog.
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
+RUN_CREATION_S = 0.5
+PLANNED_OUTPUTS = 12
+RUN_CREATION_BUDGET_S = 6.0
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
 REQUEST_INTERVAL_SECONDS = sensor_interval_seconds(5)
 DAEMON_HEARTBEAT_SECONDS = 60  # a daemon whose heartbeat is older serves nothing
@@ -265,6 +272,21 @@ def plan_batches(
                 current = None
             previous = order[c.document_id]
     return sorted(batches, key=lambda batch: -batch.size)
+
+
+def affordable(batches: Sequence[Batch], key_load_s: float) -> list[Batch]:
+    """The first batches whose runs the daemon can create within a tick's budget, given what one load
+    of every partition key took here (a range run's creation makes Dagster load them PLANNED_OUTPUTS
+    times); at least one, at most MAX_RUNS_PER_TICK."""
+    kept: list[Batch] = []
+    spent = 0.0
+    for batch in batches:
+        cost = RUN_CREATION_S + (PLANNED_OUTPUTS * key_load_s if len(batch.documents) > 1 else 0.0)
+        if kept and (len(kept) >= MAX_RUNS_PER_TICK or spent + cost > RUN_CREATION_BUDGET_S):
+            break
+        kept.append(batch)
+        spent += cost
+    return kept
 
 
 def claim_key(owner: str, run_id: str) -> str:
@@ -473,12 +495,12 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
     claimed = registry.claim(claimer, limit=MAX_CLAIMED_PER_TICK)
     if not claimed:
         return dg.SensorResult(skip_reason=dg.SkipReason("no document is waiting for a run"))
-    batches = plan_batches(context.instance, claimed)
-    if (
-        len(batches) > MAX_RUNS_PER_TICK
-    ):  # scattered documents: the rest wait, in their place, for the next tick
-        registry.release(claimer, [key for batch in batches[MAX_RUNS_PER_TICK:] for key in batch.documents])
-        batches = batches[:MAX_RUNS_PER_TICK]
+    started = time.monotonic()
+    batches = plan_batches(context.instance, claimed)  # loads every partition key once
+    kept = affordable(batches, key_load_s=time.monotonic() - started)
+    if len(kept) < len(batches):  # the rest wait, in their place, for the next tick
+        registry.release(claimer, [key for batch in batches[len(kept) :] for key in batch.documents])
+    batches = kept
     keys: dict[str, str] = {}
     requests = []
     for batch in batches:

@@ -38,7 +38,6 @@ from vision_rag_pipeline.core.config import config_in_effect, sensor_interval_se
 from vision_rag_pipeline.core.config_in_use import last_config_used, say_once_if_different
 from vision_rag_pipeline.defs.intake import request_documents
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
-from vision_rag_pipeline.defs.partitions import documents_partitions
 from vision_rag_pipeline.defs.version_index import (
     Staleness,
     forget_partitions,
@@ -48,6 +47,7 @@ from vision_rag_pipeline.defs.version_index import (
     stale,
 )
 from vision_rag_pipeline.defs.versions import code_versions
+from vision_rag_pipeline.documents.registry import DocumentRegistry
 
 READ_BUDGET_S = 3.0  # of a tick, for reading new materializations; the rest waits for the next tick
 # Requested a tick at most: the registry's update of 100,000 documents took 12.6 s on 2 shared cores,
@@ -112,10 +112,10 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             skip_reason=dg.SkipReason(settled["message"] + " (no new materialization since)")
         )
     by_partition, counts = stale(catalog, current)
-    requested, waiting, left = _request_reruns(context.instance, catalog, current, by_partition)
+    requested, waiting, left, gone = _request_reruns(context.instance, catalog, current, by_partition)
     changes = _changes(by_partition, requested, current)
     message = _summary(in_effect.describe(), counts, len(requested), changes, waiting, left)
-    if not waiting and not left:  # what later ticks say while nothing changes: all of it requested before
+    if not (waiting or left or gone):  # what later ticks say while nothing changes: all requested before
         done = counts._replace(requested=counts.requested + len(requested))
         state["settled"] = {"with": compared_with, "message": _summary(in_effect.describe(), done)}
     context.update_cursor(json.dumps(state))
@@ -160,16 +160,16 @@ def _changes(by_partition: dict[str, list[str]], requested: list[str], current: 
 
 def _request_reruns(
     instance: dg.DagsterInstance, catalog: str, current: dict[str, str], by_partition: dict[str, list[str]]
-) -> tuple[list[str], int, int]:
+) -> tuple[list[str], int, int, int]:
     """Request the first `REQUESTS_PER_TICK` stale partitions' re-runs through the one way in, in
     partition order (so they run as batches of consecutive partitions): the whole ingest where the
     loader or the classifier is stale, else the re-enrichment. Returns the partitions requested, how
-    many were left to a run already requested or under way (compared again once it materialized), and
-    how many wait for the next ticks. Partitions no longer in Dagster's are forgotten."""
+    many were left to a run already requested or under way (compared again once it materialized), how
+    many wait for the next ticks, and how many were forgotten: partitions whose document is no longer
+    registered (removed)."""
     if not by_partition:
-        return [], 0, 0
-    order = instance.get_dynamic_partitions(documents_partitions.name)
-    due = [partition for partition in order if partition in by_partition]
+        return [], 0, 0, 0
+    due = DocumentRegistry().registered_in_order(by_partition)
     gone = set(by_partition) - set(due)
     if gone:
         forget_partitions(catalog, gone)
@@ -184,4 +184,4 @@ def _request_reruns(
     ]
     mark_requested(catalog, current, requested)
     taken = min(len(due), REQUESTS_PER_TICK)
-    return requested, taken - len(requested), len(due) - taken
+    return requested, taken - len(requested), len(due) - taken, len(gone)
