@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageFont
 from vision_rag_pipeline.chunks.model import Chunk, Landmarks
 from vision_rag_pipeline.core.config import RagConfig, RetrievalConfig
 from vision_rag_pipeline.core.postgres import connect
-from vision_rag_pipeline.core.text import term_set, terms
+from vision_rag_pipeline.core.text import held_terms, term_set, terms
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
 from vision_rag_pipeline.embeddings.encoder import encode
@@ -468,6 +468,23 @@ def test_an_unreadable_query_image_is_a_clear_error(tmp_path: Path) -> None:
 )
 def test_the_set_of_a_texts_terms_is_read_as_its_terms_are(text: str) -> None:
     assert term_set(text) == frozenset(terms(text))
+
+
+_TRICKY = st.text(st.sampled_from(list("aAİIsSeEpPНнОоб'’ -_5.,:/营业JohnAPRILseptember\n")), max_size=60)
+
+
+@given(
+    _TRICKY | st.text(st.characters(codec="utf-8"), max_size=120), st.lists(_TRICKY, max_size=4), st.data()
+)
+def test_the_terms_a_text_holds_are_its_terms_among_those_asked(
+    text: str, others: list[str], data: st.DataObject
+) -> None:
+    """A search asks each candidate which of the question's terms it holds without tokenizing it
+    whole: the answer must be what tokenizing it whole says, for terms it holds and terms it does not
+    (parts of its words, words of other texts)."""
+    offered = sorted(term_set(text)) + [term for other in others for term in terms(other)] + others
+    wanted = frozenset(data.draw(st.lists(st.sampled_from(offered), max_size=8)) if offered else [])
+    assert held_terms(text, wanted) == term_set(text) & wanted
 
 
 def test_a_term_no_candidate_holds_changes_nothing() -> None:

@@ -339,16 +339,71 @@ def terms(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
 
 def term_set(text: str) -> frozenset[str]:
     """`set(terms(text))`, with set operations in place of a loop over every token: a search compares
-    the question with a few hundred candidate texts."""
+    the question with a few hundred candidate texts. The text is lower-cased whole where that keeps
+    its length (every character one for one, so the tokens are the same), not token by token."""
     cjk = bool(CJK_RUN.search(text))
     bigrams = cjk_bigrams(without_chinese_stop_words(text)) if cjk else []
-    folded = fold_homoglyphs(text)
-    words = {token.lower() for token in set(_TERM.findall(CJK_RUN.sub(" ", folded) if cjk else folded))}
-    if "'" in text or "’" in text:
-        words = {word.removesuffix("'s").removesuffix("’s") for word in words}
+    folded = CJK_RUN.sub(" ", fold_homoglyphs(text)) if cjk else fold_homoglyphs(text)
+    lowered = folded.lower()
+    if len(lowered) == len(folded):
+        words = _lowered_terms(lowered)
+    else:  # "İ" lowers to two characters
+        words = _normalized({token.lower() for token in _TERM.findall(folded)})
+    return frozenset(words.union(bigrams))
+
+
+def _lowered_terms(lowered: str) -> set[str]:
+    """The terms of a folded, lower-cased text without CJK runs."""
+    return _normalized(set(_TERM.findall(lowered)))
+
+
+def _normalized(words: set[str]) -> set[str]:
+    """Lower-cased tokens as terms: a possessive cut, a month named in full shortened."""
+    possessive = [word for word in words if word.endswith(("'s", "’s"))]
+    if possessive:
+        words.difference_update(possessive)
+        words.update(word.removesuffix("'s").removesuffix("’s") for word in possessive)
     if months := words & _MONTH_NAMES:
         words = (words - months) | {ENGLISH_MONTH_ABBREVIATIONS[month] for month in months}
-    return frozenset(words.union(bigrams))
+    return words
+
+
+_RUN_PUNCTUATION = frozenset(".,:'’-")  # what a term holds besides letters and digits
+
+
+def held_terms(text: str, wanted: frozenset[str]) -> frozenset[str]:
+    """`term_set(text) & wanted`, reading only around where each wanted term occurs.
+
+    A search asks a few hundred candidate texts which of the question's handful of terms each holds;
+    tokenizing every text whole was most of a search's Python time. No term spans more than a run of
+    letters, digits and `.,:'’-`, and a run tokenizes alone as it does in its text, so each
+    occurrence of a wanted term (a substring of the folded, lower-cased text) is checked by
+    tokenizing the run around it. Texts with CJK runs, or whose lower case changes length, take the
+    whole way.
+    """
+    if not wanted:
+        return frozenset()
+    if text.isascii():  # nothing to fold, no CJK, lower case one for one: no scan needed to know
+        lowered = text.lower()
+    else:
+        folded = fold_homoglyphs(text)
+        lowered = folded.lower()
+        if len(lowered) != len(folded) or CJK_RUN.search(text):
+            return term_set(text) & wanted
+    found = set()
+    for term in wanted:
+        at = lowered.find(term) if term else -1  # no term is empty
+        while at >= 0:
+            start, end = at, at + len(term)
+            while start and (lowered[start - 1].isalnum() or lowered[start - 1] in _RUN_PUNCTUATION):
+                start -= 1
+            while end < len(lowered) and (lowered[end].isalnum() or lowered[end] in _RUN_PUNCTUATION):
+                end += 1
+            if term in _lowered_terms(lowered[start:end]):
+                found.add(term)
+                break
+            at = lowered.find(term, max(end, at + 1))
+    return frozenset(found)
 
 
 def query_terms(text: str) -> list[str]:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vision_rag_pipeline.core.periods import period_fit, without_periods
-from vision_rag_pipeline.core.text import query_terms, term_set
+from vision_rag_pipeline.core.text import held_terms, query_terms
 from vision_rag_pipeline.query.candidates import CandidatePool, query_vectors
 
 FEATURES = (
@@ -81,10 +81,10 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
     column["pointed"][:] = [cid in pointed for cid in ids]
     column["image"][:] = [chunk.kind == "image" for chunk in chunks]
 
-    held = [term_set(text) for text in texts_of(chunks)]
     # across documents a period the question names is the document's (the `period` feature): a passage
     # is not the answer for repeating "Q1 2025", as every page of a report's header does
     asked_text = without_periods(question) if pool.across_documents and pool.pointers.periods else question
+    held = _held(asked_text, texts_of(chunks))
     column["terms"][:] = _term_shares(asked_text, held)
     if matrix is not None and (asked := _content_query(asked_text, held)):
         vector = query_vectors((asked,), model, precision)
@@ -124,7 +124,13 @@ def content_query(query: str, candidate_texts: Sequence[str]) -> str:
     them alike; the terms that tell them apart ("help-desk requests") separate them. Empty when
     nothing is left.
     """
-    return _content_query(query, [term_set(text) for text in candidate_texts])
+    return _content_query(query, _held(query, candidate_texts))
+
+
+def _held(query: str, texts: Sequence[str]) -> list[frozenset[str]]:
+    """Which of the query's terms each text holds."""
+    wanted = frozenset(query_terms(query))
+    return [held_terms(text, wanted) for text in texts]
 
 
 def _content_query(query: str, held: Sequence[frozenset[str]]) -> str:
@@ -137,7 +143,7 @@ def term_shares(query: str, texts: Sequence[str]) -> np.ndarray:
     """The weighted share of the query's terms each text holds; a term weighs by how few texts hold
     it (inverse document frequency over these candidates), and a term none holds counts for nothing,
     so a stray word ("Tell me ...") changes no order."""
-    return _term_shares(query, [term_set(text) for text in texts])
+    return _term_shares(query, _held(query, texts))
 
 
 def _term_shares(query: str, held: Sequence[frozenset[str]]) -> np.ndarray:
