@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import socket
 import threading
 import time
@@ -14,6 +15,20 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from vision_rag_pipeline.core.postgres import DatabaseUnavailable, connect, statement_timeout
+
+
+def test_the_embedded_server_gets_an_eighth_of_the_memory_for_its_buffers(pg_url: str) -> None:
+    """At Postgres' default 128 MB a search over ~100k chunks reads its HNSW pages from the OS cache
+    each time; the embedded server is started with an eighth of the machine's memory, at most 1 GB."""
+    if os.environ.get("VISION_RAG_PG_URL"):
+        pytest.skip("a server run by the caller is theirs to tune")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with connect(pg_url) as conn:
+        blocks, block_size = conn.execute(
+            "SELECT setting::bigint, current_setting('block_size')::bigint FROM pg_settings"
+            " WHERE name = 'shared_buffers'"
+        ).fetchone()
+    assert blocks * block_size // 2**20 == max(128, min(1024, memory // 8 // 2**20))
 
 
 def _backend(url: str) -> int:

