@@ -157,11 +157,12 @@ def test_the_helm_code_location_keeps_its_name_and_every_pod_is_told_it_is_multi
     assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
 
 
-def test_the_chart_version_is_the_dagster_version(values: dict[str, Any]) -> None:
+def test_the_chart_version_is_the_pinned_dagster_version(values: dict[str, Any]) -> None:
+    """The chart deploys the Dagster the image pins (pyproject.toml), whichever Dagster runs the tests
+    (scripts/test_newest_dagster.sh runs them on a newer one)."""
     text = (ROOT / "deploy/helm/values.yaml").read_text(encoding="utf-8")
-    assert set(re.findall(r"--version (\S+)", text)) == {dagster.__version__}
     pinned = re.search(r'"dagster==([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert pinned and pinned[1] == dagster.__version__
+    assert pinned and set(re.findall(r"--version (\S+)", text)) == {pinned[1]}
 
 
 _EXECUTOR_PROBE = """
