@@ -4,6 +4,7 @@ page's partition health, backfill requests turned into runs, and one more docume
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py build --docs 100000 [--home /tmp/bench_catalog]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py version [--change-config] [--resume]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py sensors [--drop 2000]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py health [--rounds 3]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py backfill --seconds 300
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ingest-one [--rounds 3]
@@ -28,6 +29,9 @@ from an empty cursor (a new sensor on an existing catalog reads every materializ
 tick finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the
 catalog it read); with `--change-config` the code location loads an edited config first, and the
 ticks request re-runs in the registry (no daemon runs them: this measures the sensor alone).
+`sensors` calls the sensors in this process at the catalog's scale: version_sensor until everything
+stale is requested and 5 quiet ticks followed, inbox_sensor over the unchanged inbox, and with `--drop
+N` the registration of N new files tick by tick (removed afterwards).
 `health` times the asset page's partition-health query (the UI's `PartitionHealthQuery`) against a
 fresh `dagster-webserver`: the first answer cold, then warm. `backfill` requests every partition with
 `vision-rag backfill --submit`, then runs a daemon for `--seconds` and counts the runs its
@@ -486,6 +490,99 @@ def version_ticks(home: Path, change_config: bool, resume: bool) -> None:
     )
 
 
+def sensors_in_process(home: Path, drop: int) -> None:
+    """The sensors' own work at this scale, called in this process as the daemon calls them (no run
+    submission): version_sensor from the cursor `version` left until everything stale is requested and
+    5 quiet ticks followed, inbox_sensor over the unchanged inbox (3 ticks), and, with `--drop N`, N
+    new files registered tick by tick, `ingest_requests` ticked after each and its batches recorded
+    ingested; the dropped files are removed afterwards, so the catalog stays as built."""
+    env = environment(home)
+    os.environ.update(env)
+    import dagster as dg
+
+    from vision_rag_pipeline.core.postgres import connect
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.inbox import inbox_sensor
+    from vision_rag_pipeline.defs.intake import ingest_requests
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.resources import IndexDatabase
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.defs.version_sensor import version_sensor
+    from vision_rag_pipeline.documents.registry import DocumentRegistry
+
+    instance = dagster_instance()
+    registry = DocumentRegistry()
+
+    def context(cursor: str | None = None) -> dg.SensorEvaluationContext:
+        return dg.build_sensor_context(
+            instance=instance, cursor=cursor, definitions=defs, resources={"index_db": IndexDatabase()}
+        )
+
+    def timed(sensor, cursor: str | None = None) -> tuple[float, object, str | None]:  # noqa: ANN001
+        built = context(cursor)
+        started = time.perf_counter()
+        result = sensor(built)
+        return time.perf_counter() - started, result, built.cursor
+
+    report: dict = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    saved = [
+        path for path in (home / "version_cursor.json", home / "version_cursor.adopted") if path.exists()
+    ]
+    cursor = max(saved, key=lambda path: path.stat().st_mtime).read_text() if saved else None
+    requesting, quiet = [], []
+    while len(quiet) < 5:
+        seconds, result, cursor = timed(version_sensor, cursor)
+        said = result.skip_reason.skip_message if result.skip_reason else ""
+        (quiet if said.endswith("(no new materialization since)") else requesting).append(seconds)
+    report["version_sensor"] = {
+        "comparing_ticks": len(requesting),
+        "comparing_s_median": round(statistics.median(requesting), 2),
+        "comparing_s_max": round(max(requesting), 2),
+        "quiet_s_median": round(statistics.median(quiet), 2),
+    }
+    unchanged = [timed(inbox_sensor)[0] for _ in range(3)]
+    report["inbox_unchanged_s"] = [round(x, 2) for x in unchanged]
+    if drop:
+        first = load_progress(home)["docs"] + 1_000_000  # numbers no build uses
+        write_files(home, first, drop)
+        ticks, requests, inbox_cursor = [], [], None
+        while True:
+            seconds, _, inbox_cursor = timed(inbox_sensor, inbox_cursor)
+            ticks.append(seconds)
+            if not registry.waiting("inbox"):
+                break
+            seconds, result, _ = timed(ingest_requests)
+            requests.append(seconds)
+            for request in result.run_requests:
+                registry.finish([request.run_key], registry.of_run([request.run_key]), "ingested")
+            with connect() as conn:  # the batches it left for later ticks: as if they had run too
+                conn.execute(
+                    "UPDATE documents SET state = 'ingested' WHERE door = 'inbox' AND state = 'requested'"
+                )
+        report["drop"] = {
+            "files": drop,
+            "inbox_ticks": len(ticks),
+            "inbox_s_median": round(statistics.median(ticks), 2),
+            "inbox_s_max": round(max(ticks), 2),
+            "ingest_requests_s_median": round(statistics.median(requests), 2),
+        }
+        dropped = [file_path(home, number) for number in range(first, first + drop)]
+        with connect() as conn:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id",
+                    ([str(path) for path in dropped],),
+                )
+            ]
+        for document_id in ids:
+            instance.delete_dynamic_partition(documents_partitions.name, document_id)
+        for folder in {path.parent for path in dropped}:
+            shutil.rmtree(folder)
+    report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(report, indent=2))
+
+
 # --- the asset page ---------------------------------------------------------------------------------------
 
 PARTITION_HEALTH_QUERY = """
@@ -679,7 +776,9 @@ def ingest_one(home: Path, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("build", "ticks", "version", "health", "backfill", "ingest-one"))
+    parser.add_argument(
+        "command", choices=("build", "ticks", "version", "sensors", "health", "backfill", "ingest-one")
+    )
     parser.add_argument("--home", type=Path, default=Path("/tmp/bench_catalog"))
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=600)
@@ -711,6 +810,8 @@ def main() -> None:
         run_daemon(args.home, args.seconds, args.change_config, args.drop, args.max_runs)
     elif args.command == "version":
         version_ticks(args.home, args.change_config, args.resume)
+    elif args.command == "sensors":
+        sensors_in_process(args.home, args.drop)
     elif args.command == "health":
         health(args.home, args.rounds, args.asset)
     elif args.command == "backfill":
