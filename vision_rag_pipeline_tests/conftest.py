@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import psutil
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -25,20 +25,46 @@ for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "VISION_RAG_CONFIG", "VISION_R
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
+def embedded_servers_under(root: Path) -> list[Path]:
+    """The data directories under `root` on which an embedded Postgres runs (its `-D` argument)."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        argv = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and "-D" in argv[:-1]:
+            pgdata = Path(argv[argv.index("-D") + 1])
+            if pgdata.is_relative_to(root):
+                found.append(pgdata)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_postgres_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every embedded Postgres a test started under the session's temporary folders is stopped by
+    the fixture that started it. One still running at the end (it outlives pytest: the server is
+    detached) is stopped here and named in an error, so the fixture that left it gets fixed."""
+    yield
+    from vision_rag_pipeline.core.postgres import stop_embedded
+
+    left = embedded_servers_under(tmp_path_factory.getbasetemp())
+    for pgdata in left:
+        stop_embedded(pgdata)
+    assert not left, f"embedded Postgres left running by a test (stopped now): {[str(p) for p in left]}"
+
+
 @pytest.fixture(scope="session")
 def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fresh state directory for the whole session (embedded Postgres lives here).
 
     The embedded server is started detached, for the CLI's sake; the session stops its own.
     """
+    from vision_rag_pipeline.core.postgres import stop_embedded
+
     path = tmp_path_factory.mktemp("vision_rag_home")
     os.environ["VISION_RAG_HOME"] = str(path)
     os.environ["DAGSTER_HOME"] = str(path / "dagster")
     (path / "dagster").mkdir()
     yield path
-    postmaster = path / "pgdata" / "postmaster.pid"
-    if postmaster.exists():
-        os.kill(int(postmaster.read_text().split()[0]), signal.SIGINT)  # fast shutdown
+    stop_embedded(path / "pgdata")
 
 
 @pytest.fixture(autouse=True)

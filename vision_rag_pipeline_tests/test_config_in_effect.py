@@ -5,6 +5,7 @@ same through a real daemon and the CLI."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pydantic
@@ -25,14 +26,18 @@ from vision_rag_pipeline.core.config_in_use import (
     record_config_used,
     say_once_if_different,
 )
+from vision_rag_pipeline.core.postgres import stop_embedded
 from vision_rag_pipeline.defs.resources import RagConfigResource
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A home of the test's own; the embedded Postgres a test starts in it (recording the config
+    used does) is stopped after."""
     monkeypatch.setenv("VISION_RAG_HOME", str(tmp_path / "home"))
     monkeypatch.delenv(CONFIG_ENV, raising=False)
-    return tmp_path / "home"
+    yield tmp_path / "home"
+    stop_embedded(tmp_path / "home" / "pgdata")
 
 
 def test_the_home_config_file_is_written_on_first_use_and_is_what_config_path_prints(
