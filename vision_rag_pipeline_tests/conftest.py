@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +58,9 @@ def no_postgres_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     yield
     from vision_rag_pipeline.core.postgres import stop_embedded
 
-    left = embedded_servers_under(tmp_path_factory.getbasetemp())
+    deadline = time.monotonic() + 30  # a fixture may have asked for a shutdown without waiting for it
+    while (left := embedded_servers_under(tmp_path_factory.getbasetemp())) and time.monotonic() < deadline:
+        time.sleep(0.5)
     for pgdata in left:
         stop_embedded(pgdata)
     assert not left, f"embedded Postgres left running by a test (stopped now): {[str(p) for p in left]}"
