@@ -32,8 +32,8 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 # that starts closes the shared /tmp/pytest-of-<user> to its owner again (mode 0700), and the
 # servers of a suite running at the same time from another checkout crashed ("could not open
 # pg_control: Permission denied").
-_CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[1]).encode()).hexdigest()[:12]
-_TEMPROOT = Path(tempfile.gettempdir()) / f"vision-rag-tests-{_CHECKOUT}"
+_CHECKOUT = hashlib.sha256(str(Path(__file__).resolve().parents[1]).encode()).hexdigest()[:8]
+_TEMPROOT = Path(tempfile.gettempdir()) / f"vr-{_CHECKOUT}"  # short: servers put Unix sockets under it
 _TEMPROOT.mkdir(exist_ok=True)
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(_TEMPROOT))  # pytest's own setting for that root
 

