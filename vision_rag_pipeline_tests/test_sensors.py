@@ -631,13 +631,19 @@ def test_a_stale_catalog_larger_than_a_tick_is_requested_over_the_next_ticks(ins
     assert "re-runs of 1 requested now" in said[2] and "4 requested before" in said[2]
 
 
-def test_a_quiet_tick_does_not_compare_and_a_new_materialization_does(instance, catalog, monkeypatch):
-    from vision_rag_pipeline.defs import version_sensor as module
-
+def compared_once(instance, catalog) -> tuple[str, str]:
+    """Two documents materialized with the versions in effect, and a tick that compared them."""
     a, b = register(instance, catalog, "a", "b")
     materialize_all(instance, a)
     materialize_all(instance, b)
     version_tick(instance)
+    return a, b
+
+
+def test_a_quiet_tick_does_not_compare_and_a_new_materialization_does(instance, catalog, monkeypatch):
+    from vision_rag_pipeline.defs import version_sensor as module
+
+    a, b = compared_once(instance, catalog)
     compared = []
     monkeypatch.setattr(module, "stale", lambda *args: compared.append(1) or stale(*args))
 
@@ -649,10 +655,7 @@ def test_a_quiet_tick_does_not_compare_and_a_new_materialization_does(instance, 
 
 
 def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance, catalog, monkeypatch):
-    a, b = register(instance, catalog, "a", "b")
-    materialize_all(instance, a)
-    materialize_all(instance, b)
-    version_tick(instance)
+    a, b = compared_once(instance, catalog)
     read = []
     fetch = instance.fetch_materializations
 
