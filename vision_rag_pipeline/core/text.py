@@ -371,6 +371,10 @@ def _normalized(words: set[str]) -> set[str]:
 _RUN_PUNCTUATION = frozenset(".,:'’-")  # what a term holds besides letters and digits
 
 
+def _in_run(character: str) -> bool:
+    return character.isalnum() or character in _RUN_PUNCTUATION
+
+
 def held_terms(text: str, wanted: frozenset[str]) -> frozenset[str]:
     """`term_set(text) & wanted`, reading only around where each wanted term occurs.
 
@@ -395,9 +399,9 @@ def held_terms(text: str, wanted: frozenset[str]) -> frozenset[str]:
         at = lowered.find(term) if term else -1  # no term is empty
         while at >= 0:
             start, end = at, at + len(term)
-            while start and (lowered[start - 1].isalnum() or lowered[start - 1] in _RUN_PUNCTUATION):
+            while start and _in_run(lowered[start - 1]):
                 start -= 1
-            while end < len(lowered) and (lowered[end].isalnum() or lowered[end] in _RUN_PUNCTUATION):
+            while end < len(lowered) and _in_run(lowered[end]):
                 end += 1
             if term in _lowered_terms(lowered[start:end]):
                 found.add(term)
