@@ -66,18 +66,32 @@ def no_postgres_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     assert not left, f"embedded Postgres left running by a test (stopped now): {[str(p) for p in left]}"
 
 
-@pytest.fixture(scope="session")
-def vision_rag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh state directory for the whole session (embedded Postgres lives here).
+SESSION_HOME = pytest.StashKey[Path]()
 
-    The embedded server is started detached, for the CLI's sake; the session stops its own.
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The session's state directory, in effect before collection: test modules import the Dagster
+    definitions, whose jobs fingerprint the embedding model into `$VISION_RAG_HOME/cache` and write
+    its config.yaml as they load, which without it went to the user's ~/.vision_rag. Each pytest-xdist
+    worker is a session of its own, with a home of its own."""
+    # the `tmp_path_factory` fixture's own object (pytest-xdist reads its basetemp the same way)
+    path = session.config._tmp_path_factory.mktemp("vision_rag_home")
+    (path / "dagster").mkdir()
+    os.environ["VISION_RAG_HOME"] = str(path)
+    os.environ["DAGSTER_HOME"] = str(path / "dagster")
+    session.config.stash[SESSION_HOME] = path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def vision_rag_home(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The session's state directory (embedded Postgres lives here).
+
+    The embedded server is started detached, for the CLI's sake; whichever test started it, the
+    session stops its own.
     """
     from vision_rag_pipeline.core.postgres import stop_embedded
 
-    path = tmp_path_factory.mktemp("vision_rag_home")
-    os.environ["VISION_RAG_HOME"] = str(path)
-    os.environ["DAGSTER_HOME"] = str(path / "dagster")
-    (path / "dagster").mkdir()
+    path = request.config.stash[SESSION_HOME]
     yield path
     stop_embedded(path / "pgdata")
 
