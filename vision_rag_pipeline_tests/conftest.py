@@ -110,9 +110,10 @@ def config_read_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     config_in_effect.cache_clear()
     if "pg_url" in request.fixturenames:
+        from vision_rag_pipeline.core.config import postgres_url
         from vision_rag_pipeline.core.postgres import connect
 
-        with connect(request.getfixturevalue("pg_url")) as conn:
+        with connect(postgres_url() or request.getfixturevalue("pg_url")) as conn:  # own_index's too
             if conn.execute("SELECT to_regclass('config_in_use')").fetchone()[0]:
                 conn.execute("DELETE FROM config_in_use")
 
@@ -125,14 +126,43 @@ def pg_url(vision_rag_home: Path) -> str:
     return database_url()
 
 
-@pytest.fixture
-def fresh_database(pg_url: str) -> str:
-    """The URL of a new, empty database on the session's Postgres: for tests that swap or create
-    tables without disturbing the other tests' index."""
+def new_database(pg_url: str) -> str:
+    """The URL of a new, empty database on the server of `pg_url`."""
     name = f"test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     return make_conninfo(**(conninfo_to_dict(pg_url) | {"dbname": name}))
+
+
+@pytest.fixture
+def fresh_database(pg_url: str) -> str:
+    """The URL of a new, empty database on the session's Postgres: for tests that swap or create
+    tables without disturbing the other tests' index."""
+    return new_database(pg_url)
+
+
+@pytest.fixture(scope="module")
+def own_index(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A state directory (lexical index, Dagster instance, logs) and index database of the module's
+    own, in effect from the first test that asks for it to the module's end: for modules whose
+    assertions depend on all that the index holds (a search's ranking, an ingest's cache hits). The
+    session's index holds whatever the modules before ran, and on a pytest worker which modules
+    those were depends on the other worker."""
+    from vision_rag_pipeline.defs.runner import dagster_instance
+    from vision_rag_pipeline.query.candidates import vector_store
+
+    home = tmp_path_factory.mktemp("own_home")
+    (home / "dagster").mkdir()
+    kept_per_process = (vector_store, dagster_instance)  # each opened on the index in effect then
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VISION_RAG_HOME", str(home))
+        patch.setenv("DAGSTER_HOME", str(home / "dagster"))
+        patch.setenv("VISION_RAG_PG_URL", new_database(pg_url))
+        for cached in kept_per_process:
+            cached.cache_clear()
+        yield home
+    for cached in kept_per_process:
+        cached.cache_clear()
 
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"

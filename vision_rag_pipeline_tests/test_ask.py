@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import openai
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +22,10 @@ from vision_rag_pipeline.query.search import Hit
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, chat_reply
 from vision_rag_pipeline_tests.test_query import CHART_DOC, SAMPLE_PDF, TEXT_DOC, corpus, pdf_chunk
 
-__all__ = ["corpus"]  # the shared index fixture
+__all__ = ["corpus"]  # the index fixture, indexed again into this module's own index
+
+# Answers are asserted over what this module indexed, and nothing else (the fixture is in conftest).
+pytestmark = pytest.mark.usefixtures("own_index")
 
 PICNIC = "How many people came to the Zephyrine Labs picnic?"
 

@@ -328,7 +328,7 @@ def test_a_missing_model_is_a_clear_error_not_a_download(tmp_path: Path) -> None
 @needs_ocr_languages
 @needs_fonts
 def test_with_default_settings_chinese_and_russian_reports_ingest_and_answer_in_their_language(
-    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    own_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "set"
     evalset_languages.generate(out, companies=1, seed=5)
@@ -361,7 +361,7 @@ def test_with_default_settings_chinese_and_russian_reports_ingest_and_answer_in_
 
 @needs_fonts
 def test_a_host_without_a_configured_ocr_language_fails_the_document_in_one_line(
-    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    own_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "set"
     evalset_languages.generate(out, companies=1, seed=5)

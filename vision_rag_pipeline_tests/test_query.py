@@ -35,6 +35,9 @@ from vision_rag_pipeline.query.ranker import Ranker, load_ranker
 from vision_rag_pipeline.query.search import score_candidates, search
 from vision_rag_pipeline_tests.conftest import bench_module
 
+# Rankings are asserted over what this module indexed, and nothing else (the fixture is in conftest).
+pytestmark = pytest.mark.usefixtures("own_index")
+
 SAMPLE_PDF = (
     Path(__file__).resolve().parents[1]
     / "vision_rag_pipeline"
