@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from PIL import Image, ImageDraw
 
 from vision_rag_pipeline.cli import main
-from vision_rag_pipeline.core.config import RagConfig
+from vision_rag_pipeline.core.config import RagConfig, config_in_effect
 from vision_rag_pipeline.core.text import cjk_bigrams, fold_homoglyphs, text_language
 from vision_rag_pipeline.embeddings.encoder import (
     EmbeddingModelError,
@@ -368,6 +368,9 @@ def test_a_host_without_a_configured_ocr_language_fails_the_document_in_one_line
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"media_enrichment": {"ocr": {"languages": ["eng", "xyz_test"]}}}))
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    # read now, as by a process started with it: an earlier ingest's lease-renewal thread reads the
+    # config every 15 s, and may have done so since the test began (then without this file)
+    config_in_effect.cache_clear()
     memo = next(str(p) for p in (out / "docs").iterdir() if p.name.startswith("ru") and p.suffix == ".pdf")
     assert main(["ingest", memo, "--json", "--workers", "1"]) == 1
     report = json.loads(capsys.readouterr().out)
