@@ -14,7 +14,14 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from vision_rag_pipeline.core.postgres import DatabaseUnavailable, connect, statement_timeout
+from vision_rag_pipeline.core.postgres import (
+    DatabaseUnavailable,
+    connect,
+    running_embedded,
+    start_embedded,
+    statement_timeout,
+    stop_embedded,
+)
 
 
 def test_the_embedded_server_gets_an_eighth_of_the_memory_for_its_buffers(pg_url: str) -> None:
@@ -138,3 +145,20 @@ def test_a_hung_server_fails_a_statement_within_its_bound_even_on_a_connection_u
     assert time.monotonic() - started < 5
     failure = _within(15, probe)  # no idle connection left: a new one, which never completes
     assert isinstance(failure, DatabaseUnavailable) and "no connection within" in str(failure), failure
+
+
+def test_a_server_this_process_stopped_is_not_started_again_by_its_next_connection(tmp_path: Path) -> None:
+    """A server that died is started again by the next connection; one this process stopped on
+    purpose (`vision-rag db stop`, a test session's end) stays stopped: the lease renewal's thread
+    went on connecting after a session's end and left a server running that nobody stopped."""
+    pgdata = tmp_path / "pgdata"
+    url = start_embedded(pgdata)
+    try:
+        with connect(url) as conn:
+            conn.execute("SELECT 1")
+        stop_embedded(pgdata)
+        with pytest.raises(DatabaseUnavailable), connect(url) as conn:
+            conn.execute("SELECT 1")
+        assert running_embedded(pgdata) is None
+    finally:
+        stop_embedded(pgdata)

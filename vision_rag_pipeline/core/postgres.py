@@ -257,7 +257,10 @@ def running_embedded(pgdata: Path) -> EmbeddedServer | None:
 
 def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:
     """Stop the server running on `pgdata` (fast shutdown: open transactions roll back) and wait
-    until it is gone; returns what was stopped, None when nothing ran."""
+    until it is gone; returns what was stopped, None when nothing ran. Stopped on purpose, it stays
+    stopped: this process's connections to it fail from then on instead of starting it again as
+    they would a server that died (a thread still at work here, such as the lease renewal, would
+    start one that nobody stops)."""
     server = running_embedded(pgdata)
     if server is None:
         return None
@@ -269,6 +272,8 @@ def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:
         time.sleep(0.1)
     with _lock:
         _embedded_urls.pop(pgdata, None)
+        for url in [url for url, owner in _url_owners.items() if owner == pgdata]:
+            del _url_owners[url]
     return server
 
 
