@@ -26,7 +26,10 @@ from vision_rag_pipeline.api import create_app
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline_tests.test_query import TEXT_DOC, chart, corpus
 
-__all__ = ["corpus"]  # the shared index fixture
+__all__ = ["corpus"]  # the index fixture, indexed again into this module's own index
+
+# Hits are asserted over what this module indexed, and nothing else (the fixture is in conftest).
+pytestmark = pytest.mark.usefixtures("own_index")
 
 SAMPLE_MHTML = (
     Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_report.mhtml"
@@ -35,7 +38,7 @@ SAMPLE_MHTML = (
 
 @pytest.fixture(scope="module")
 def base_url(corpus) -> Iterator[str]:
-    """The API over the shared index; it runs no upload (the upload tests below start their own)."""
+    """The API over the module's index; it runs no upload (the upload tests below start their own)."""
     with serving(create_app(ingest_on_upload=False)) as url:
         yield url
 

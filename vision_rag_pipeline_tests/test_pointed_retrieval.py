@@ -16,7 +16,8 @@ from vision_rag_pipeline.documents.registry import DocumentRegistry
 from vision_rag_pipeline.query import search
 from vision_rag_pipeline_tests.conftest import bench_module
 
-pytestmark = pytest.mark.slow
+# Its questions are asked of the whole index: its own, holding this series alone (fixture in conftest).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_index")]
 
 
 def _ingest(instance: dg.DagsterInstance, path: Path) -> str:
