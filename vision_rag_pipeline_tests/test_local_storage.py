@@ -1,12 +1,15 @@
 """The local run history: Dagster's SQLite files, written through engines kept between calls."""
 
 import multiprocessing
+import subprocess
+import sys
 import time
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import dagster as dg
+import sqlalchemy
 
 from vision_rag_pipeline.defs import runner
 from vision_rag_pipeline.defs.intake import run_failure
@@ -195,3 +198,59 @@ def test_a_run_failing_outside_its_steps_reports_dagsters_error_on_one_line(tmp_
         assert not result.success
         failure = run_failure(instance, result.run_id)
     assert (failure.reason, failure.retryable) == ("database is locked", True)
+
+
+def _key_loads(instance: dg.DagsterInstance) -> list[str]:
+    """The scans of the dynamic partitions table this instance's storage makes from now on."""
+    loads: list[str] = []
+    engine = instance.event_log_storage._shard_engine("index")  # noqa: SLF001
+
+    def seen(_conn, _cursor, statement: str, *_args) -> None:  # noqa: ANN001
+        if statement.startswith("SELECT partition FROM dynamic_partitions"):
+            loads.append(statement)
+
+    sqlalchemy.event.listen(engine, "before_cursor_execute", seen)
+    return loads
+
+
+def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen(tmp_path: Path) -> None:
+    """A run over a partition range makes Dagster load every key 9-12 times: the storage keeps the
+    list while the table is unchanged, and any change, made here, by another instance or by another
+    process, is in the next answer."""
+    write_local_instance_config(tmp_path)
+    with (
+        dg.DagsterInstance.from_config(str(tmp_path)) as daemon,
+        dg.DagsterInstance.from_config(str(tmp_path)) as other,
+    ):
+        other.add_dynamic_partitions("docs", ["a", "bb", "ccc"])
+        loads = _key_loads(daemon)
+        for _ in range(12):
+            assert daemon.get_dynamic_partitions("docs") == ["a", "bb", "ccc"]
+        assert len(loads) == 1, "one scan for twelve answers"
+        daemon.get_dynamic_partitions("docs").append("edited by a caller")
+        assert daemon.get_dynamic_partitions("docs") == ["a", "bb", "ccc"]
+
+        other.delete_dynamic_partition("docs", "bb")  # not the newest: the row count changes
+        assert daemon.get_dynamic_partitions("docs") == ["a", "ccc"]
+        other.delete_dynamic_partition("docs", "ccc")  # the newest, whose row id SQLite gives the next
+        other.add_dynamic_partitions("docs", ["dddd"])
+        assert daemon.get_dynamic_partitions("docs") == ["a", "dddd"]
+        other.add_dynamic_partitions("other", ["x"])  # another definition's keys are not this one's
+        assert daemon.get_dynamic_partitions("docs") == ["a", "dddd"]
+        daemon.add_dynamic_partitions("docs", ["e"])
+        assert other.get_dynamic_partitions("docs") == ["a", "dddd", "e"]
+
+        added = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import dagster as dg, sys; dg.DagsterInstance.from_config(sys.argv[1])"
+                ".add_dynamic_partitions('docs', ['from another process'])",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert added.returncode == 0, added.stderr
+        assert daemon.get_dynamic_partitions("docs") == ["a", "dddd", "e", "from another process"]
+        assert len(loads) == 5, "a scan after each change it had not seen (any definition's), none between"

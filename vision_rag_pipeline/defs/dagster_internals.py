@@ -22,8 +22,11 @@ from dagster._serdes import ConfigurableClass, ConfigurableClassData
 # The SQLite storages Dagster itself uses by default (`storage: sqlite` in dagster.yaml), subclassed
 # by defs/local_storage.py to keep one SQLAlchemy engine per database file instead of one per call,
 # answer schema probes once, and write an event's rows with one precompiled INSERT: what that saves
-# per ingested document is measured in BENCHMARKS.md ("Local run storage against Dagster's"). The
-# public configuration only picks these classes or Postgres; it cannot change how they connect.
+# per ingested document is measured in BENCHMARKS.md ("Local run storage against Dagster's"). It also
+# keeps a dynamic partitions definition's keys while the table is unchanged: Dagster loads them all
+# 9-12 times to create one run over a partition range (BENCHMARKS.md "Catalog of 100,000
+# documents"). The public configuration only picks these classes or Postgres; it cannot change how
+# they connect or what they read.
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage

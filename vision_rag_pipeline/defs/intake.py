@@ -47,6 +47,7 @@ from vision_rag_pipeline.core.config import inbox_dir, max_batch_documents, sens
 from vision_rag_pipeline.core.sniff import why_not_a_document
 from vision_rag_pipeline.defs.io_manager import abandon_run
 from vision_rag_pipeline.defs.jobs import PER_DOCUMENT, ingest_document_job, reenrich_job
+from vision_rag_pipeline.defs.local_storage import LocalEventLogStorage
 from vision_rag_pipeline.defs.partitions import FAILED_DOCUMENTS, documents_partitions
 from vision_rag_pipeline.defs.resources import IndexDatabase
 from vision_rag_pipeline.defs.versions import up_to_date_partitions
@@ -68,10 +69,12 @@ MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 0.5 s
 # a run, and for a run over a partition range also one load of every partition key per asset and
-# check of the job (its planned events: 12 in ingest_document), 1.5-2 s each at 100,000 partitions on
-# 2 busy cores (BENCHMARKS.md "Catalog of 100,000 documents"). A tick makes at most MAX_RUNS_PER_TICK
-# runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first always), so it stays
-# within seconds however many documents wait and however large the catalog.
+# check of the job (its planned events: 12 in ingest_document), 0.4-2.6 s each at 100,000 partitions
+# on 2 shared cores (BENCHMARKS.md "Catalog of 100,000 documents"). The local storage keeps the keys
+# it loaded until a partition is added or deleted (defs/local_storage.py): there the daemon loads them
+# at most once a tick. A tick makes at most MAX_RUNS_PER_TICK runs, and no more than its estimate
+# fits RUN_CREATION_BUDGET_S (the first always), so it stays within seconds however many documents
+# wait and however large the catalog.
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
 RUN_CREATION_S = 0.5
@@ -274,14 +277,18 @@ def plan_batches(
     return sorted(batches, key=lambda batch: -batch.size)
 
 
-def affordable(batches: Sequence[Batch], key_load_s: float) -> list[Batch]:
+def affordable(batches: Sequence[Batch], key_load_s: float, keys_kept: bool) -> list[Batch]:
     """The first batches whose runs the daemon can create within a tick's budget, given what one load
-    of every partition key took here (a range run's creation makes Dagster load them PLANNED_OUTPUTS
-    times); at least one, at most MAX_RUNS_PER_TICK."""
+    of every partition key took here: a range run's creation makes Dagster load them PLANNED_OUTPUTS
+    times, or, where the storage keeps the keys it loaded (`keys_kept`), once for the tick's runs.
+    At least one, at most MAX_RUNS_PER_TICK."""
     kept: list[Batch] = []
     spent = 0.0
     for batch in batches:
-        cost = RUN_CREATION_S + (PLANNED_OUTPUTS * key_load_s if len(batch.documents) > 1 else 0.0)
+        cost = RUN_CREATION_S
+        if len(batch.documents) > 1:
+            loads = 0 if keys_kept and any(len(b.documents) > 1 for b in kept) else 1
+            cost += (1 if keys_kept else PLANNED_OUTPUTS) * loads * key_load_s
         if kept and (len(kept) >= MAX_RUNS_PER_TICK or spent + cost > RUN_CREATION_BUDGET_S):
             break
         kept.append(batch)
@@ -497,7 +504,8 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         return dg.SensorResult(skip_reason=dg.SkipReason("no document is waiting for a run"))
     started = time.monotonic()
     batches = plan_batches(context.instance, claimed)  # loads every partition key once
-    kept = affordable(batches, key_load_s=time.monotonic() - started)
+    keys_kept = isinstance(context.instance.event_log_storage, LocalEventLogStorage)
+    kept = affordable(batches, key_load_s=time.monotonic() - started, keys_kept=keys_kept)
     if len(kept) < len(batches):  # the rest wait, in their place, for the next tick
         registry.release(claimer, [key for batch in batches[len(kept) :] for key in batch.documents])
     batches = kept
