@@ -83,7 +83,7 @@ def inbox_sensor(
     budget = max(0, FILES_PER_TICK - waiting_runs)
     scan = scan_inbox(
         inbox,
-        {path: entry.state for path, entry in known.items()},
+        known,
         {bytes.fromhex(path): (size, mtime) for path, (size, mtime) in cursor.get("settling", {}).items()},
         int(inbox_settle_seconds(INTERVAL_SECONDS) * 1e9),
         {path: (why.size, why.mtime_ns) for path, why in rejected_before.items()},
@@ -98,23 +98,25 @@ def inbox_sensor(
     if scan.rejected or cleared:
         registry.record_inbox_rejections(scan.rejected, cleared)
 
+    gone = [path for path in known if path not in scan.present]
+    # what the tick needs of the known files beyond (size, mtime): those read again and those gone
+    entries = registry.inbox_entries([*(path for path in scan.read if path in known), *gone[:budget]])
     changed = {
         path: "changed" if path in known else "new"
-        for path in scan.restated
-        if path not in known or known[path].state.sha256 != scan.files[path].sha256
+        for path, state in scan.read.items()
+        if path not in entries or entries[path].state.sha256 != state.sha256
     }
-    gone = [entry for path, entry in known.items() if path not in scan.files]
-    deleted = [entry.document_id for entry in gone[: max(0, budget - len(changed))]]
+    deleted = [entries[path].document_id for path in gone[: max(0, budget - len(changed))] if path in entries]
     # New, changed and touched files (same bytes, new mtime: recorded, so the next tick does not hash
     # them again) go through the one way in.
-    if scan.restated:
+    if scan.read:
         request_files(
             context.instance,
-            scan.restated,
+            list(scan.read),
             "inbox",
             context.repository_def.asset_graph,
             versions=False,
-            inbox_states=scan.files,
+            inbox_states=scan.read,
             resolve=False,
         )
     for fate in registry.fates(deleted) if deleted else []:
@@ -171,7 +173,7 @@ def _summary(
     not_documents = len(scan.rejected) + len(scan.rejected_unchanged)
     parts = [
         f"{scan.seen} files in {inbox}: {new} new, {len(changed) - new} changed, {deleted} deleted, "
-        f"{len(scan.files) - len(changed)} as before",
+        f"{len(scan.present) - len(changed)} as before",
         f"{not_documents + len(scan.skipped)} skipped ({not_documents} not documents, {len(scan.skipped)} links "
         "or unreadable folders)",
     ]

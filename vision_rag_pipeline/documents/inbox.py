@@ -43,8 +43,10 @@ Observed = tuple[int, int]  # (size, mtime_ns) of a file seen changing, or seen 
 
 @dataclass
 class InboxScan:
-    files: dict[bytes, FileState] = field(default_factory=dict)  # every document file now (known or read)
-    restated: list[bytes] = field(default_factory=list)  # read now: new, changed or touched
+    present: set[bytes] = field(default_factory=set)  # every document file now (known or read)
+    read: dict[bytes, FileState] = field(
+        default_factory=dict
+    )  # read now, oldest first: new, changed or touched
     skipped: list[str] = field(default_factory=list)  # why a link or folder was left out, one line each
     settling: dict[bytes, Observed] = field(default_factory=dict)  # changing: read once they hold still
     rejected: dict[bytes, Rejected] = field(default_factory=dict)  # read now: not documents
@@ -55,7 +57,7 @@ class InboxScan:
 
 def scan_inbox(
     inbox: Path,
-    known: Mapping[bytes, FileState],
+    known: Mapping[bytes, Observed],
     settling: Mapping[bytes, Observed] | None = None,
     settle_ns: int = 0,
     rejected: Mapping[bytes, Observed] | None = None,
@@ -63,8 +65,8 @@ def scan_inbox(
 ) -> InboxScan:
     """Every MHTML/PDF file under `inbox` (by name) with its state.
 
-    `known` is the state each file was last seen in: a file whose size and mtime did not move keeps
-    its known state unread. `settling` is what the previous scan saw of files that were changing; a
+    `known` is the (size, mtime) each file was last seen with: a file whose size and mtime did not
+    move is not read. `settling` is what the previous scan saw of files that were changing; a
     changed file is read when it matches that, or when nothing wrote to it for `settle_ns`. Until then
     it is in `settling` (and, when known, keeps its known state: it is not deleted). `rejected` holds
     the files found not to be documents before, as they were then. `max_reads` bounds the files read
@@ -89,9 +91,8 @@ def scan_inbox(
             if observed is None:
                 continue
             scan.seen += 1
-            previous = known.get(entry.path)
-            if previous and (previous.size, previous.mtime_ns) == observed:
-                scan.files[entry.path] = previous
+            if known.get(entry.path) == observed:
+                scan.present.add(entry.path)
             elif rejected and rejected.get(entry.path) == observed:
                 scan.rejected_unchanged.add(entry.path)
             else:
@@ -124,7 +125,7 @@ def _visit(entry: os.DirEntry[bytes], root: bytes, scan: InboxScan, pending: lis
 
 def _read_due(
     due: list[tuple[int, bytes, Observed]],
-    known: Mapping[bytes, FileState],
+    known: Mapping[bytes, Observed],
     settling: Mapping[bytes, Observed],
     settle_ns: int,
     max_reads: int | None,
@@ -134,9 +135,8 @@ def _read_due(
     budget = len(due) if max_reads is None else max_reads
     reads = 0
     for mtime_ns, path, observed in due:
-        previous = known.get(path)
-        if previous:
-            scan.files[path] = previous  # until read, a changed known file keeps its state: not deleted
+        if path in known:
+            scan.present.add(path)  # until read, a changed known file keeps its state: not deleted
         recent = settle_ns > 0 and now_ns - mtime_ns < settle_ns
         if recent and settling.get(path) != observed:
             if len(scan.settling) < budget:
@@ -151,10 +151,10 @@ def _read_due(
         try:
             reason = why_not_a_document(path)
             if reason is not None:
-                scan.files.pop(path, None)  # no longer a document: as good as deleted
+                scan.present.discard(path)  # no longer a document: as good as deleted
                 scan.rejected[path] = Rejected(*observed, reason)
                 continue
-            scan.files[path] = FileState(*observed, file_sha256(path))
+            scan.read[path] = FileState(*observed, file_sha256(path))
         except OSError:
             continue  # vanished or unreadable while we looked: the next tick sees the settled state
-        scan.restated.append(path)
+        scan.present.add(path)
