@@ -22,7 +22,7 @@ from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
-from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore
+from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore, Pointers
 from vision_rag_pipeline.query.candidates import (
     NEAR_DUPLICATE_BITS,
     NEAR_DUPLICATE_MARGIN,
@@ -384,6 +384,31 @@ def test_a_refitted_ranker_named_in_the_config_is_used(survey: list[Chunk], tmp_
     config = RagConfig(retrieval=RetrievalConfig(ranker=str(path)))
     hits = search("burrows per hectare on page 3", k=2, document_ids=[SURVEY_DOC], config=config)
     assert hits[0].page == 3
+
+
+@pytest.mark.parametrize(
+    ("pointers", "page"),
+    [
+        (Pointers(["3"], [], []), 3),
+        (Pointers([], [], ["figure 1"]), 2),
+        (Pointers([], ["first"], []), 1),
+        (Pointers([], ["last"], []), 3),
+        (Pointers([], ["second_last"], []), 2),
+    ],
+)
+def test_the_chunks_a_question_points_at_are_those_on_its_page(
+    survey: list[Chunk], pointers: Pointers, page: int
+) -> None:
+    """A page it names, a figure it names, the first, last or second last page: each is found by the
+    landmarks' own indexes, within the document and across the index."""
+    store = vector_store(RagConfig().embedding.model)
+    vector = encode(["burrows"], RagConfig().embedding.model)[0]
+    for documents in ([SURVEY_DOC], None):
+        found = store.candidates([vector], 5, pointers=pointers, document_ids=documents)
+        survey_pointed = [cid for cid in found.pointed if cid.startswith(SURVEY_DOC)]
+        on_page = {chunk.chunk_id for chunk in survey if chunk.page == page and chunk.kind != "page"}
+        assert on_page <= set(survey_pointed), (documents, found.pointed)
+        assert all(found.chunks[cid].page == page for cid in survey_pointed), (documents, found.pointed)
 
 
 def test_a_resized_copy_of_a_chart_finds_its_image_chunk(corpus: list[Chunk], tmp_path: Path) -> None:

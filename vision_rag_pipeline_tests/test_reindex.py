@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from vision_rag_pipeline.chunks.model import Chunk
+from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore, rebuild_tables
 from vision_rag_pipeline.indexes.reindex import rebuild_lexical, vector_dimension
 from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
@@ -46,6 +47,11 @@ def populated(fresh_database: str, tmp_path):
     lexical = open_tantivy_index(tmp_path / "lexical")
     rebuild_lexical(lexical, fresh_database)
     return store, lexical
+
+
+def chunk_indexes(url: str) -> set[str]:
+    with connect(url) as conn:
+        return {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'chunks'")}
 
 
 def search_until(stop: threading.Event, store: PgVectorStore, lexical, outcomes: list) -> None:
@@ -98,9 +104,12 @@ def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated
         embedded.extend(texts)
         return unit(np.arange(1, new_dim + 1, dtype=np.float32)[None, :].repeat(len(texts), axis=0))
 
+    indexes_before = chunk_indexes(fresh_database)
     report = rebuild_tables(fresh_database, embed=embed, dim=new_dim)
 
     assert report.reembedded and report.dim == new_dim == vector_dimension(fresh_database)
+    # the swapped-in table keeps every index under its own name (a missing one: searches scan rows)
+    assert chunk_indexes(fresh_database) == indexes_before
     assert len(embedded) == report.chunks == DOCUMENTS * CHUNKS_PER_DOCUMENT
     hits = PgVectorStore(new_dim, fresh_database).candidates(unit(np.ones((1, new_dim))), 3).nearest[0]
     assert len(hits) == 3

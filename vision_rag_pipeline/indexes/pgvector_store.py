@@ -59,7 +59,15 @@ CREATE TABLE IF NOT EXISTS {images} (
 """
 
 
+# How many pages of its document follow a chunk's page (0 on the last page): an expression index on
+# it finds the last pages of every document without reading every row's landmarks.
+_PAGES_LEFT = "((metadata->'landmarks'->>'page_count')::int - page)"
+
+
 def _indexes_ddl(chunks: str = "chunks", images: str = "rag_images") -> str:
+    """The chunks' indexes: the vectors' (HNSW, one for content chunks, one for page units), the
+    documents', and those of the landmarks a question points at (`Pointers`), so a pointing question
+    reads the rows it points at, not every row of the index."""
     return f"""
 CREATE INDEX IF NOT EXISTS {chunks}_document_id ON {chunks} (document_id);
 CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
@@ -67,6 +75,9 @@ CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embed
 CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
     WHERE kind = 'page';
 CREATE INDEX IF NOT EXISTS {chunks}_page_units ON {chunks} (document_id, page) WHERE kind = 'page';
+CREATE INDEX IF NOT EXISTS {chunks}_landmarks ON {chunks} USING gin ((metadata->'landmarks') jsonb_path_ops);
+CREATE INDEX IF NOT EXISTS {chunks}_page ON {chunks} (page);
+CREATE INDEX IF NOT EXISTS {chunks}_pages_left ON {chunks} ({_PAGES_LEFT});
 CREATE INDEX IF NOT EXISTS {images}_document_id ON {images} (document_id);
 """
 
@@ -119,17 +130,16 @@ class Pointers(NamedTuple):
     references: list[str]
 
     def condition(self) -> tuple[str, list[Any]]:
-        """The SQL condition (any of them) and its parameters; ("", []) when there is none."""
+        """The SQL condition (any of them) and its parameters; ("", []) when there is none. Each part
+        is one the chunks' indexes answer (`_indexes_ddl`): landmark containment, the page, the
+        pages left."""
         parts: list[str] = []
         params: list[Any] = []
-        if self.page_names:
-            parts.append("metadata->'landmarks'->'page_names' ?| %s")
-            params.append(list(self.page_names))
-        if self.references:
-            parts.append("metadata->'landmarks'->'references' ?| %s")
-            params.append(list(self.references))
-        count = "(metadata->'landmarks'->>'page_count')::int"
-        places = {"first": "page = 1", "last": f"page = {count}", "second_last": f"page = {count} - 1"}
+        for field, values in (("page_names", self.page_names), ("references", self.references)):
+            for value in values:
+                parts.append("metadata->'landmarks' @> %s")
+                params.append(Jsonb({field: [value]}))
+        places = {"first": "page = 1", "last": f"{_PAGES_LEFT} = 0", "second_last": f"{_PAGES_LEFT} = 1"}
         parts += [places[position] for position in self.positions if position in places]
         return ("(" + " OR ".join(parts) + ")" if parts else ""), params
 
@@ -312,12 +322,19 @@ class PgVectorStore:
         pointed_kinds = (
             "" if metadata or kinds is not None else " OR (c.kind = 'page' AND c.page IS NOT NULL)"
         )
+        # the rows pointed at are read through the landmarks' indexes, then ordered by their distance
+        # to the question: a walk of the HNSW graph filtered to them would read far more of the index
         pointed = (
-            f"SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM chunks c"
-            f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"
-            f" ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
+            "SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM pointed_rows"
+            " ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
             if pointed_on
             else "SELECT NULL::text AS chunk_id, NULL::bigint AS position WHERE false"
+        )
+        pointed_rows = (
+            f"SELECT chunk_id, embedding FROM chunks c"
+            f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"
+            if pointed_on
+            else "SELECT NULL::text AS chunk_id, NULL::vector AS embedding WHERE false"
         )
         query = f"""
             WITH nearest AS ({scan.format(where=f"c.kind <> 'page' AND {where}")}),
@@ -331,6 +348,7 @@ class PgVectorStore:
                 AND c.page IS NOT DISTINCT FROM p.page WHERE p.chunk_id IN (SELECT chunk_id FROM opened)
                 AND c.kind <> 'page' AND {where}
             ),
+            pointed_rows AS MATERIALIZED ({pointed_rows}),
             pointed AS ({pointed}),
             found AS (
                 SELECT chunk_id FROM nearest UNION SELECT chunk_id FROM focused
@@ -604,6 +622,9 @@ def rebuild_tables(
             ALTER INDEX chunks_new_embedding_hnsw RENAME TO chunks_embedding_hnsw;
             ALTER INDEX chunks_new_page_hnsw RENAME TO chunks_page_hnsw;
             ALTER INDEX chunks_new_page_units RENAME TO chunks_page_units;
+            ALTER INDEX chunks_new_landmarks RENAME TO chunks_landmarks;
+            ALTER INDEX chunks_new_page RENAME TO chunks_page;
+            ALTER INDEX chunks_new_pages_left RENAME TO chunks_pages_left;
             ALTER INDEX rag_images_new_document_id RENAME TO rag_images_document_id;
             ALTER INDEX chunks_new_pkey RENAME TO chunks_pkey;
             ALTER INDEX rag_images_new_pkey RENAME TO rag_images_pkey;
