@@ -166,7 +166,7 @@ def main() -> None:
 
     from vision_rag_pipeline.core.config import config_in_effect
     from vision_rag_pipeline.embeddings.encoder import encode
-    from vision_rag_pipeline.query.candidates import gather, vector_store
+    from vision_rag_pipeline.query.candidates import gather, query_vectors, vector_store
     from vision_rag_pipeline.query.features import describe
     from vision_rag_pipeline.query.ranker import load_ranker
     from vision_rag_pipeline.query.search import Scored, ranked, search
@@ -204,6 +204,7 @@ def main() -> None:
             retrieval=config.retrieval,
             embedding=config.embedding,
         )
+        query_vectors.cache_clear()  # the content query's embedding, kept from the search above, counts here
         table = timed(samples, "features", describe, pool, model, precision)
         scores = timed(samples, "score", ranker.score, table.matrix)
         timed(samples, "collapse_and_cut", ranked, Scored(pool, table, scores), 5)
