@@ -110,10 +110,9 @@ def config_read_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     config_in_effect.cache_clear()
     if "pg_url" in request.fixturenames:
-        from vision_rag_pipeline.core.config import postgres_url
         from vision_rag_pipeline.core.postgres import connect
 
-        with connect(postgres_url() or request.getfixturevalue("pg_url")) as conn:  # own_index's too
+        with connect(request.getfixturevalue("pg_url")) as conn:
             if conn.execute("SELECT to_regclass('config_in_use')").fetchone()[0]:
                 conn.execute("DELETE FROM config_in_use")
 
