@@ -180,3 +180,14 @@ def bench_module(name: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+def _marked_slow(item: pytest.Item) -> bool:
+    marks = getattr(item.module, "pytestmark", [])
+    return any(mark.name == "slow" for mark in (marks if isinstance(marks, list) else [marks]))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked slow as a whole (minutes each) run first, otherwise the order is kept: on two
+    workers (scripts/test.sh), one of them would else be left to finish a long module alone."""
+    items.sort(key=lambda item: not _marked_slow(item))

@@ -27,6 +27,8 @@ from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 from vision_rag_pipeline_tests.conftest import bench_module
 from vision_rag_pipeline_tests.openai_fake import FakeOpenAI, Reply, chat_reply
 
+pytestmark = pytest.mark.slow
+
 CLI = [sys.executable, "-m", "vision_rag_pipeline.cli"]
 RUN_TIMEOUT = 600  # seconds: a hang fails the test instead of stalling the suite
 
