@@ -747,6 +747,9 @@ def test_an_edited_config_waits_for_the_code_location_to_load_it(instance, catal
     config = catalog / "rag.yaml"
     config.write_text("id: before\n")
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    # read now, as by a code location started with it: an earlier ingest's lease-renewal thread reads
+    # the config every 15 s, and may have done so since the test began (then without this file)
+    config_in_effect.cache_clear()
     [a] = register(instance, catalog, "a")
     materialize_all(instance, a)
     version_tick(instance)
@@ -772,6 +775,7 @@ def test_a_prompt_edit_without_a_vision_model_re_runs_nothing(instance, catalog,
     config = catalog / "rag.yaml"
     config.write_text(PROMPT_EDIT)
     monkeypatch.setenv("VISION_RAG_CONFIG", str(config))
+    config_in_effect.cache_clear()  # the code location loads with the edited file
 
     version_tick(instance)
     assert not rerun_requests()
