@@ -1,6 +1,7 @@
 """The local run history: Dagster's SQLite files, written through engines kept between calls."""
 
 import multiprocessing
+import sqlite3
 import subprocess
 import sys
 import time
@@ -214,15 +215,19 @@ def _key_loads(instance: dg.DagsterInstance) -> list[str]:
 
 
 def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen(tmp_path: Path) -> None:
-    """A run over a partition range makes Dagster load every key 9-12 times: the storage keeps the
-    list while the table is unchanged, and any change, made here, by another instance or by another
-    process, is in the next answer."""
+    """A run over a partition range makes Dagster load every key 9-12 times: the process keeps the
+    list while the table is unchanged, and any change, made here or by another process, is in the
+    next answer."""
     write_local_instance_config(tmp_path)
-    with (
-        dg.DagsterInstance.from_config(str(tmp_path)) as daemon,
-        dg.DagsterInstance.from_config(str(tmp_path)) as other,
-    ):
-        other.add_dynamic_partitions("docs", ["a", "bb", "ccc"])
+
+    def elsewhere(*statements: str) -> None:
+        """Another process's writes, as any writer's reach the file (one transaction)."""
+        with sqlite3.connect(tmp_path / "history" / "runs" / "index.db") as other:
+            for statement in statements:
+                other.execute(statement)
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as daemon:
+        daemon.add_dynamic_partitions("docs", ["a", "bb", "ccc"])
         loads = _key_loads(daemon)
         for _ in range(12):
             assert daemon.get_dynamic_partitions("docs") == ["a", "bb", "ccc"]
@@ -230,15 +235,18 @@ def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen
         daemon.get_dynamic_partitions("docs").append("edited by a caller")
         assert daemon.get_dynamic_partitions("docs") == ["a", "bb", "ccc"]
 
-        other.delete_dynamic_partition("docs", "bb")  # not the newest: the row count changes
-        assert daemon.get_dynamic_partitions("docs") == ["a", "ccc"]
-        other.delete_dynamic_partition("docs", "ccc")  # the newest, whose row id SQLite gives the next
-        other.add_dynamic_partitions("docs", ["dddd"])
+        elsewhere(  # the newest, whose row id SQLite gives the next row: as many rows, the same last id
+            "DELETE FROM dynamic_partitions WHERE partition = 'ccc'",
+            "INSERT INTO dynamic_partitions (partitions_def_name, partition) VALUES ('docs', 'dddd')",
+        )
+        assert daemon.get_dynamic_partitions("docs") == ["a", "bb", "dddd"]
+        elsewhere("DELETE FROM dynamic_partitions WHERE partition = 'bb'")  # not the newest: fewer rows
         assert daemon.get_dynamic_partitions("docs") == ["a", "dddd"]
-        other.add_dynamic_partitions("other", ["x"])  # another definition's keys are not this one's
+        elsewhere("INSERT INTO dynamic_partitions (partitions_def_name, partition) VALUES ('other', 'x')")
         assert daemon.get_dynamic_partitions("docs") == ["a", "dddd"]
         daemon.add_dynamic_partitions("docs", ["e"])
-        assert other.get_dynamic_partitions("docs") == ["a", "dddd", "e"]
+        assert daemon.get_dynamic_partitions("docs") == ["a", "dddd", "e"]
+        assert len(loads) == 5, "a scan after each change, none between"
 
         added = subprocess.run(
             [
@@ -253,4 +261,8 @@ def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen
         )
         assert added.returncode == 0, added.stderr
         assert daemon.get_dynamic_partitions("docs") == ["a", "dddd", "e", "from another process"]
-        assert len(loads) == 5, "a scan after each change it had not seen (any definition's), none between"
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as next_tick:  # a code server's instance per tick
+        loads = _key_loads(next_tick)
+        assert next_tick.get_dynamic_partitions("docs") == ["a", "dddd", "e", "from another process"]
+        assert not loads, "the process's list, still current"

@@ -69,6 +69,9 @@ _PARTITIONS_MARKER = sqlalchemy.text(
     "  FROM dynamic_partitions ORDER BY id DESC LIMIT 1)"
 )
 _PARTITION_KEYS = "SELECT partition FROM dynamic_partitions WHERE partitions_def_name = ? ORDER BY id"
+# (index database, definition) -> (marker, keys), shared by the process's storages: a code server
+# makes a new instance, so a new storage, for every sensor tick
+_PARTITION_KEYS_LOADED: dict[tuple[str, str], tuple[tuple, list[str]]] = {}
 # How long a connection waits for another process's write lock, as Dagster's own SQLite storages do
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 OPTIONAL_BASE_DIR = {"base_dir": dagster.Field(dagster.StringSource, is_required=False)}
@@ -131,18 +134,17 @@ class LocalEventLogStorage(SqliteEventLogStorage):
     partition the run is about. A partition deleted by another
     process can at worst look present for `KNOWN_PARTITION_SECONDS`; one deleted here never does.
 
-    And it keeps the last list of a dynamic partitions definition's keys it loaded, with the table's
-    change marker read in the same transaction: creating a run over a partition range makes Dagster
-    load every key once per asset and check the run plans (9-12 times per run here, each a scan of
-    the table), and each later load is then one marker query, the list itself only when a process
-    (this one or another) added or deleted a partition since.
+    And the process keeps the last list of a dynamic partitions definition's keys loaded, with the
+    table's change marker read in the same transaction: creating a run over a partition range makes
+    Dagster load every key once per asset and check the run plans (9-12 times per run here, each a
+    scan of the table), and each later load is then one marker query, the list itself only when a
+    process (this one or another) added or deleted a partition since.
     """
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # set first: the base class connects
         self._engines_lock = threading.Lock()
         self._known_partitions: dict[tuple[str, str], float] = {}  # -> remembered until (monotonic)
-        self._partition_keys: dict[str, tuple[tuple, list[str]]] = {}  # name -> (marker, keys)
         self._schema = SchemaFacts()
         super().__init__(base_dir, inst_data)
 
@@ -280,22 +282,25 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         self._check_partitions_table()
         with self.index_connection() as conn:
             marker = tuple(conn.execute(_PARTITIONS_MARKER).one())
-            cached = self._partition_keys.get(partitions_def_name)
+            cached = _PARTITION_KEYS_LOADED.get(self._keys_of(partitions_def_name))
             if cached is None or cached[0] != marker:
                 keys = [row[0] for row in conn.exec_driver_sql(_PARTITION_KEYS, (partitions_def_name,))]
-                cached = self._partition_keys[partitions_def_name] = (marker, keys)
+                cached = _PARTITION_KEYS_LOADED[self._keys_of(partitions_def_name)] = (marker, keys)
         return list(cached[1])
+
+    def _keys_of(self, partitions_def_name: str) -> tuple[str, str]:
+        return (self.conn_string_for_shard(INDEX_SHARD_NAME), partitions_def_name)
 
     @override
     def add_dynamic_partitions(self, partitions_def_name: str, partition_keys: Sequence[str]) -> None:
         super().add_dynamic_partitions(partitions_def_name, partition_keys)
-        self._partition_keys.pop(partitions_def_name, None)
+        _PARTITION_KEYS_LOADED.pop(self._keys_of(partitions_def_name), None)
 
     @override
     def delete_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> None:
         self._known_partitions.pop((partitions_def_name, partition_key), None)
         super().delete_dynamic_partition(partitions_def_name, partition_key)
-        self._partition_keys.pop(partitions_def_name, None)
+        _PARTITION_KEYS_LOADED.pop(self._keys_of(partitions_def_name), None)
 
     @override
     def dispose(self) -> None:
