@@ -67,17 +67,17 @@ MAX_BATCH_DOCUMENTS = max_batch_documents(20)
 MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
 MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
-# What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 0.5 s
-# a run, and for a run over a partition range also one load of every partition key per asset and
-# check of the job (its planned events: 12 in ingest_document), 0.4-2.6 s each at 100,000 partitions
-# on 2 shared cores (BENCHMARKS.md "Catalog of 100,000 documents"). The local storage keeps the keys
-# it loaded until a partition is added or deleted (defs/local_storage.py): there the daemon loads them
-# at most once a tick. A tick makes at most MAX_RUNS_PER_TICK runs, and no more than its estimate
-# fits RUN_CREATION_BUDGET_S (the first always), so it stays within seconds however many documents
-# wait and however large the catalog.
+# What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 1 s a
+# run (100,000 partitions, 2 shared cores, load 8-15), and for a run over a partition range also one
+# load of every partition key per asset and check of the job (its planned events: 12 in
+# ingest_document), 0.4-2.6 s each at 100,000 partitions (BENCHMARKS.md "Catalog of 100,000
+# documents"). The local storage keeps the keys it loaded until a partition is added or deleted
+# (defs/local_storage.py): there the daemon loads them at most once a tick. A tick makes at most
+# MAX_RUNS_PER_TICK runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first always),
+# so it stays within seconds however many documents wait and however large the catalog.
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
-RUN_CREATION_S = 0.5
+RUN_CREATION_S = 1.0
 PLANNED_OUTPUTS = 12
 RUN_CREATION_BUDGET_S = 6.0
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
@@ -423,6 +423,7 @@ def reconcile(instance: dg.DagsterInstance, registry: DocumentRegistry | None = 
             taken += 1
         if run.is_finished:
             record_outcome(instance, registry, run)
+    sensor_runs = _runs_by_key(instance, [key for key in queued if not key.startswith(f"{LOCAL_CLAIM} ")])
     for key, rows in queued.items():
         age = max((now - r.updated_at).total_seconds() for r in rows)
         if key.startswith(f"{LOCAL_CLAIM} "):
@@ -439,12 +440,23 @@ def reconcile(instance: dg.DagsterInstance, registry: DocumentRegistry | None = 
                 else:
                     registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
             continue
-        runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: key}), limit=1)
-        if runs and runs[0].is_finished:
-            record_outcome(instance, registry, runs[0])
-        elif not runs and age > STALE_CLAIM_SECONDS:
+        run = sensor_runs.get(key)
+        if run is not None and run.is_finished:
+            record_outcome(instance, registry, run)
+        elif run is None and age > STALE_CLAIM_SECONDS:
             registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
     return taken
+
+
+def _runs_by_key(
+    instance: dg.DagsterInstance, keys: Sequence[str], chunk: int = 500
+) -> dict[str, dg.DagsterRun]:
+    """The latest run of each of these run keys, in one query per `chunk` keys rather than one each."""
+    latest: dict[str, dg.DagsterRun] = {}
+    for first in range(0, len(keys), chunk):
+        for run in instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: list(keys[first : first + chunk])})):
+            latest.setdefault(run.tags[RUN_KEY_TAG], run)  # newest first
+    return latest
 
 
 def _on_this_host(owner: str) -> bool:
