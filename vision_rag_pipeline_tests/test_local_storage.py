@@ -1,6 +1,7 @@
 """The local run history: Dagster's SQLite files, written through engines kept between calls."""
 
 import multiprocessing
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from vision_rag_pipeline.defs.local_storage import (
     CapturedComputeLogManager,
     LocalEventLogStorage,
     LocalRunStorage,
+    LocalScheduleStorage,
 )
 from vision_rag_pipeline.defs.runner import write_local_instance_config
 
@@ -266,3 +268,44 @@ def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen
         loads = _key_loads(next_tick)
         assert next_tick.get_dynamic_partitions("docs") == ["a", "dddd", "e", "from another process"]
         assert not loads, "the process's list, still current"
+
+
+def test_a_process_checks_a_databases_schema_once(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Dagster checks each SQLite file's schema revision whenever it builds a storage on it (loading
+    every migration script), and a code server builds a new instance for every sensor tick: the
+    process checks each file once, and again a file replaced since (a home deleted and made anew)."""
+    write_local_instance_config(tmp_path)
+    checks: list[str] = []
+    for storage in (LocalRunStorage, LocalScheduleStorage):
+        from_local = storage.from_local
+
+        def counted(cls, *args, _from_local=from_local, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            checks.append(cls.__name__)
+            return _from_local(*args, **kwargs)
+
+        monkeypatch.setattr(storage, "from_local", classmethod(counted))
+    initdb = LocalEventLogStorage._initdb
+
+    def counted_initdb(self, engine, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        checks.append("event log index")
+        return initdb(self, engine, **kwargs)
+
+    monkeypatch.setattr(LocalEventLogStorage, "_initdb", counted_initdb)
+
+    def one_tick() -> None:
+        with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+            instance.add_dynamic_partitions("docs", ["a"])
+            assert not instance.get_runs()
+            assert instance.get_dynamic_partitions("docs") == ["a"]
+
+    one_tick()
+    first = len(checks)
+    assert {"LocalRunStorage", "LocalScheduleStorage", "event log index"} <= set(checks)
+    one_tick()
+    one_tick()
+    assert len(checks) == first, "no second check of the same files"
+
+    for folder in ("history", "schedules"):
+        shutil.rmtree(tmp_path / folder)
+    one_tick()  # created again, as Dagster creates a missing database
+    assert len(checks) > first

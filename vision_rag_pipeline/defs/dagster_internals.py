@@ -25,11 +25,14 @@ from dagster._serdes import ConfigurableClass, ConfigurableClassData
 # per ingested document is measured in BENCHMARKS.md ("Local run storage against Dagster's"). It also
 # keeps a dynamic partitions definition's keys while the table is unchanged: Dagster loads them all
 # 9-12 times to create one run over a partition range (BENCHMARKS.md "Catalog of 100,000
-# documents"). The public configuration only picks these classes or Postgres; it cannot change how
-# they connect or what they read.
+# documents"), and builds a storage on a database this process already checked without checking its
+# schema revision again (`create_db_conn_string`: the URL Dagster's own builder gives that file). The
+# public configuration only picks these classes or Postgres; it cannot change how they connect or
+# what they read.
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite import create_db_conn_string
 
 # isort: split
 # What `SqliteEventLogStorage.store_event` writes and which events it also writes to the index
@@ -79,5 +82,6 @@ __all__ = [
     "SqliteRunStorage",
     "SqliteScheduleStorage",
     "TruncatingCloudStorageComputeLogManager",
+    "create_db_conn_string",
     "redirect_to_file",
 ]

@@ -52,6 +52,7 @@ from vision_rag_pipeline.defs.dagster_internals import (
     SqliteEventLogStorage,
     SqliteRunStorage,
     SqliteScheduleStorage,
+    create_db_conn_string,
     redirect_to_file,
 )
 
@@ -125,6 +126,49 @@ class SchemaFacts:
         return False
 
 
+class CheckedDatabases:
+    """The SQLite files whose schema revision this process has checked (and Dagster created or
+    stamped where it was missing), by path and inode.
+
+    Dagster checks a database's revision each time it builds a storage on it, loading every
+    migration script (~0.1-0.3 s a check), and a code server builds a new instance, so three
+    checks, for every sensor tick. A storage built on a checked file skips the check; a file
+    replaced since (another inode) is checked again.
+    """
+
+    def __init__(self) -> None:
+        self._checked: set[tuple[str, int]] = set()
+
+    @staticmethod
+    def _identity(path: str) -> tuple[str, int] | None:
+        try:
+            return (path, os.stat(path).st_ino)
+        except FileNotFoundError:
+            return None
+
+    def holds(self, path: str) -> bool:
+        return self._identity(path) in self._checked
+
+    def add(self, path: str) -> None:
+        identity = self._identity(path)
+        if identity is not None:
+            self._checked.add(identity)
+
+
+CHECKED = CheckedDatabases()
+
+
+def _checked_storage(storage_class, inst_data: ConfigurableClassData | None, base_dir: str, name: str):  # noqa: ANN001, ANN202
+    """`storage_class.from_local(base_dir)` (which checks the database's revision, creating it if
+    missing), or the storage on a database this process checked already."""
+    path = os.path.join(os.path.abspath(base_dir), f"{name}.db")
+    if CHECKED.holds(path):
+        return storage_class(create_db_conn_string(base_dir, name), inst_data)
+    storage = storage_class.from_local(base_dir=base_dir, inst_data=inst_data)
+    CHECKED.add(path)
+    return storage
+
+
 class LocalEventLogStorage(SqliteEventLogStorage):
     """`SqliteEventLogStorage` (one database per run plus an index) with engines kept between calls.
 
@@ -175,8 +219,10 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         with self._db_lock:
             engine = self._shard_engine(shard)
             if shard not in self._initialized_dbs:
-                if not self._copied_empty_run_shard(shard):
+                path = self.path_for_shard(shard)
+                if not self._copied_empty_run_shard(shard) and not CHECKED.holds(path):
                     self._initdb(engine)
+                    CHECKED.add(path)
                 self._initialized_dbs.add(shard)
             with engine.connect() as conn, conn.begin():
                 yield conn
@@ -322,7 +368,9 @@ class LocalRunStorage(SqliteRunStorage):
     @classmethod
     @override
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalRunStorage:
-        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "run_storage"))
+        return _checked_storage(
+            cls, inst_data, _with_base_dir(config_value, "run_storage")["base_dir"], "runs"
+        )
 
     @contextmanager
     @override
@@ -358,7 +406,8 @@ class LocalScheduleStorage(SqliteScheduleStorage):
     @classmethod
     @override
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value) -> LocalScheduleStorage:
-        return cls.from_local(inst_data=inst_data, **_with_base_dir(config_value, "schedule_storage"))
+        base_dir = _with_base_dir(config_value, "schedule_storage")["base_dir"]
+        return _checked_storage(cls, inst_data, base_dir, "schedules")
 
 
 class CapturedComputeLogManager(LocalComputeLogManager):
