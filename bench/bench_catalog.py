@@ -5,6 +5,8 @@ page's partition health, backfill requests turned into runs, and one more docume
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py version [--change-config] [--resume]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py sensors [--drop 2000]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py inbox [--rounds 3]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py range-run
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py health [--rounds 3]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py backfill --seconds 300
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ingest-one [--rounds 3]
@@ -32,6 +34,10 @@ ticks request re-runs in the registry (no daemon runs them: this measures the se
 `sensors` calls the sensors in this process at the catalog's scale: version_sensor until everything
 stale is requested and 5 quiet ticks followed, inbox_sensor over the unchanged inbox, and with `--drop
 N` the registration of N new files tick by tick (removed afterwards).
+`inbox` calls inbox_sensor over the unchanged inbox `--rounds` times in this process (wall and CPU
+of each tick). `range-run` creates one run of `ingest_document` over 20 consecutive partitions in
+this process, as the daemon creates a sensor's batch run (execution plan, run record, planned
+events), prints its wall and CPU time and how often every partition key was loaded, and deletes it.
 `health` times the asset page's partition-health query (the UI's `PartitionHealthQuery`) against a
 fresh `dagster-webserver`: the first answer cold, then warm. `backfill` requests every partition with
 `vision-rag backfill --submit`, then runs a daemon for `--seconds` and counts the runs its
@@ -583,6 +589,68 @@ def sensors_in_process(home: Path, drop: int) -> None:
     print(json.dumps(report, indent=2))
 
 
+def inbox_ticks(home: Path, rounds: int) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    import dagster as dg
+
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.inbox import inbox_sensor
+    from vision_rag_pipeline.defs.resources import IndexDatabase
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    ticks = []
+    for _ in range(rounds):
+        context = dg.build_sensor_context(
+            instance=instance, definitions=defs, resources={"index_db": IndexDatabase()}
+        )
+        wall, cpu = time.perf_counter(), time.process_time()
+        inbox_sensor(context)
+        ticks.append(
+            {"s": round(time.perf_counter() - wall, 2), "cpu_s": round(time.process_time() - cpu, 2)}
+        )
+    print(json.dumps({"load_average": [round(x, 2) for x in os.getloadavg()], "ticks": ticks}, indent=2))
+
+
+def range_run(home: Path) -> None:
+    env = environment(home)
+    os.environ.update(env)
+    from vision_rag_pipeline.defs.definitions import defs
+    from vision_rag_pipeline.defs.intake import RANGE_END_TAG, RANGE_START_TAG
+    from vision_rag_pipeline.defs.jobs import ingest_document_job
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.defs.runner import dagster_instance
+
+    instance = dagster_instance()
+    storage = type(instance.event_log_storage)
+    loads = []
+    load = storage.get_dynamic_partitions
+
+    def counted(self, name: str):  # noqa: ANN001, ANN202
+        loads.append(name)
+        return load(self, name)
+
+    storage.get_dynamic_partitions = counted  # type: ignore[method-assign]
+    keys = load(instance.event_log_storage, documents_partitions.name)
+    middle = len(keys) // 2
+    job = defs.resolve_job_def(ingest_document_job.name)
+    loads.clear()
+    wall, cpu = time.perf_counter(), time.process_time()
+    run = instance.create_run_for_job(
+        job, tags={RANGE_START_TAG: keys[middle], RANGE_END_TAG: keys[middle + 19]}
+    )
+    report = {
+        "partitions": len(keys),
+        "create_run_s": round(time.perf_counter() - wall, 2),
+        "create_run_cpu_s": round(time.process_time() - cpu, 2),
+        "key_loads": len(loads),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    instance.delete_run(run.run_id)
+    print(json.dumps(report, indent=2))
+
+
 # --- the asset page ---------------------------------------------------------------------------------------
 
 PARTITION_HEALTH_QUERY = """
@@ -777,7 +845,18 @@ def ingest_one(home: Path, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "command", choices=("build", "ticks", "version", "sensors", "health", "backfill", "ingest-one")
+        "command",
+        choices=(
+            "build",
+            "ticks",
+            "version",
+            "sensors",
+            "inbox",
+            "range-run",
+            "health",
+            "backfill",
+            "ingest-one",
+        ),
     )
     parser.add_argument("--home", type=Path, default=Path("/tmp/bench_catalog"))
     parser.add_argument("--docs", type=int, default=100_000)
@@ -812,6 +891,10 @@ def main() -> None:
         version_ticks(args.home, args.change_config, args.resume)
     elif args.command == "sensors":
         sensors_in_process(args.home, args.drop)
+    elif args.command == "inbox":
+        inbox_ticks(args.home, args.rounds)
+    elif args.command == "range-run":
+        range_run(args.home)
     elif args.command == "health":
         health(args.home, args.rounds, args.asset)
     elif args.command == "backfill":
