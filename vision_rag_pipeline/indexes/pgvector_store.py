@@ -326,15 +326,15 @@ class PgVectorStore:
         # to the question: a walk of the HNSW graph filtered to them would read far more of the index
         pointed = (
             "SELECT chunk_id, row_number() OVER () AS position FROM (SELECT chunk_id FROM pointed_rows"
-            " ORDER BY embedding <=> %b::vector LIMIT %s) AS ordered"
+            " ORDER BY distance LIMIT %s) AS ordered"
             if pointed_on
             else "SELECT NULL::text AS chunk_id, NULL::bigint AS position WHERE false"
         )
         pointed_rows = (
-            f"SELECT chunk_id, embedding FROM chunks c"
+            f"SELECT chunk_id, embedding <=> %b::vector AS distance FROM chunks c"
             f" WHERE (({where}){pointed_kinds}) AND {page_where} AND {pointed_on}"
             if pointed_on
-            else "SELECT NULL::text AS chunk_id, NULL::vector AS embedding WHERE false"
+            else "SELECT NULL::text AS chunk_id, NULL::float8 AS distance WHERE false"
         )
         query = f"""
             WITH nearest AS ({scan.format(where=f"c.kind <> 'page' AND {where}")}),
@@ -375,7 +375,7 @@ class PgVectorStore:
         arguments += [wanted, *params, list(focus_documents), limit if focus_documents else 0]
         arguments += [wanted, *page_params, page_units, pages_opened, list(pages_also), *params]
         if pointed_on:
-            arguments += [*params, *page_params, *pointed_on_params, wanted[0], limit]
+            arguments += [wanted[0], *params, *page_params, *pointed_on_params, limit]
         arguments += [list(also), *params]
         # binary results (the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
