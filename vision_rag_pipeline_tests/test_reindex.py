@@ -110,6 +110,11 @@ def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated
     assert report.reembedded and report.dim == new_dim == vector_dimension(fresh_database)
     # the swapped-in table keeps every index under its own name (a missing one: searches scan rows)
     assert chunk_indexes(fresh_database) == indexes_before
+    with connect(fresh_database) as conn:  # a vector stays in its row, not in the TOAST table
+        storage = conn.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
+    assert storage == "m"
     assert len(embedded) == report.chunks == DOCUMENTS * CHUNKS_PER_DOCUMENT
     hits = PgVectorStore(new_dim, fresh_database).candidates(unit(np.ones((1, new_dim))), 3).nearest[0]
     assert len(hits) == 3

@@ -56,7 +56,20 @@ CREATE TABLE IF NOT EXISTS {images} (
     content_vector vector({dim}) NOT NULL,
     metadata jsonb NOT NULL DEFAULT '{{}}'
 );
+{_inline_vectors(chunks, "embedding")}
+{_inline_vectors(images, "content_vector")}
 """
+
+
+def _inline_vectors(table: str, column: str) -> str:
+    """Keep a row's vector in the row (storage MAIN), where pgvector's default (EXTERNAL) moves it
+    out of a row of more than ~2 kB into the TOAST table, and every read of it (the distance to a
+    query, a candidate's vector) into a second lookup. A long text or metadata goes out instead.
+    Set only where it is not yet: ALTER TABLE locks the table."""
+    return f"""DO $$ BEGIN
+    IF (SELECT attstorage FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = '{column}') <> 'm'
+    THEN ALTER TABLE {table} ALTER COLUMN {column} SET STORAGE MAIN; END IF;
+END $$;"""
 
 
 # How many pages of its document follow a chunk's page (0 on the last page): an expression index on
