@@ -624,6 +624,13 @@ def rebuild_tables(
         cur.execute(_indexes_ddl("chunks_new", "rag_images_new"))
         chunks = cur.execute("SELECT count(*) FROM chunks_new").fetchone()[0]
         images = cur.execute("SELECT count(*) FROM rag_images_new").fetchone()[0]
+        # every index of the new tables takes the name the old one had (chunks_new_x -> chunks_x)
+        new_indexes = cur.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN ('chunks_new', 'rag_images_new')"
+        ).fetchall()
+        renames = [
+            f'ALTER INDEX "{name}" RENAME TO "{name.replace("_new_", "_", 1)}";' for (name,) in new_indexes
+        ]
         cur.execute(
             """
             ALTER TABLE chunks RENAME TO chunks_old;
@@ -631,17 +638,8 @@ def rebuild_tables(
             ALTER TABLE chunks_new RENAME TO chunks;
             ALTER TABLE rag_images_new RENAME TO rag_images;
             DROP TABLE chunks_old, rag_images_old;
-            ALTER INDEX chunks_new_document_id RENAME TO chunks_document_id;
-            ALTER INDEX chunks_new_embedding_hnsw RENAME TO chunks_embedding_hnsw;
-            ALTER INDEX chunks_new_page_hnsw RENAME TO chunks_page_hnsw;
-            ALTER INDEX chunks_new_page_units RENAME TO chunks_page_units;
-            ALTER INDEX chunks_new_landmarks RENAME TO chunks_landmarks;
-            ALTER INDEX chunks_new_page RENAME TO chunks_page;
-            ALTER INDEX chunks_new_pages_left RENAME TO chunks_pages_left;
-            ALTER INDEX rag_images_new_document_id RENAME TO rag_images_document_id;
-            ALTER INDEX chunks_new_pkey RENAME TO chunks_pkey;
-            ALTER INDEX rag_images_new_pkey RENAME TO rag_images_pkey;
             """
+            + "\n".join(renames)
         )
     return RebuildReport(chunks=chunks, images=images, dim=new_dim, reembedded=embed is not None)
 
