@@ -326,12 +326,13 @@ class LocalEventLogStorage(SqliteEventLogStorage):
         The marker and the keys are read in one transaction, so a list is never kept under the
         marker of another state of the table."""
         self._check_partitions_table()
+        loaded = self._keys_of(partitions_def_name)
         with self.index_connection() as conn:
             marker = tuple(conn.execute(_PARTITIONS_MARKER).one())
-            cached = _PARTITION_KEYS_LOADED.get(self._keys_of(partitions_def_name))
+            cached = _PARTITION_KEYS_LOADED.get(loaded)
             if cached is None or cached[0] != marker:
                 keys = [row[0] for row in conn.exec_driver_sql(_PARTITION_KEYS, (partitions_def_name,))]
-                cached = _PARTITION_KEYS_LOADED[self._keys_of(partitions_def_name)] = (marker, keys)
+                cached = _PARTITION_KEYS_LOADED[loaded] = (marker, keys)
         return list(cached[1])
 
     def _keys_of(self, partitions_def_name: str) -> tuple[str, str]:
