@@ -11,9 +11,11 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import sqlalchemy
 
 from vision_rag_pipeline.defs import runner
+from vision_rag_pipeline.defs.dagster_internals import SqliteEventLogStorage
 from vision_rag_pipeline.defs.intake import run_failure
 from vision_rag_pipeline.defs.local_storage import (
     CapturedComputeLogManager,
@@ -214,6 +216,35 @@ def _key_loads(instance: dg.DagsterInstance) -> list[str]:
 
     sqlalchemy.event.listen(engine, "before_cursor_execute", seen)
     return loads
+
+
+def test_adding_partitions_another_process_adds_at_the_same_moment_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sensors of one daemon may request the same file at once: when the other process's insert
+    lands between this one's read and its insert (which then fails on the unique key), the add still
+    succeeds, each key once."""
+    write_local_instance_config(tmp_path)
+    dagsters_add = SqliteEventLogStorage.add_dynamic_partitions
+    raced = []
+
+    def add_after_another(self, name: str, keys: list[str]) -> None:
+        if not raced:
+            raced.append(True)
+            with sqlite3.connect(tmp_path / "history" / "runs" / "index.db") as other:
+                other.execute(
+                    "INSERT INTO dynamic_partitions (partitions_def_name, partition) VALUES ('docs', 'a')"
+                )
+            raise sqlalchemy.exc.IntegrityError(
+                "INSERT INTO dynamic_partitions", None, sqlite3.IntegrityError()
+            )
+        dagsters_add(self, name, keys)
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        instance.get_dynamic_partitions("docs")  # the table exists, as in a running deployment
+        monkeypatch.setattr(SqliteEventLogStorage, "add_dynamic_partitions", add_after_another)
+        instance.add_dynamic_partitions("docs", ["a", "b"])
+        assert raced and instance.get_dynamic_partitions("docs") == ["a", "b"]
 
 
 def test_partition_keys_are_loaded_once_and_what_another_process_changes_is_seen(tmp_path: Path) -> None:

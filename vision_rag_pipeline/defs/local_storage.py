@@ -340,7 +340,13 @@ class LocalEventLogStorage(SqliteEventLogStorage):
 
     @override
     def add_dynamic_partitions(self, partitions_def_name: str, partition_keys: Sequence[str]) -> None:
-        super().add_dynamic_partitions(partitions_def_name, partition_keys)
+        """Dagster's add, which reads which keys exist and then inserts the others, once more when
+        another process inserted one of them in between (two sensors of a daemon requesting the same
+        files at once: the insert fails on the table's unique key); the second read sees them."""
+        try:
+            super().add_dynamic_partitions(partitions_def_name, partition_keys)
+        except sqlalchemy.exc.IntegrityError:
+            super().add_dynamic_partitions(partitions_def_name, partition_keys)
         _PARTITION_KEYS_LOADED.pop(self._keys_of(partitions_def_name), None)
 
     @override
