@@ -46,6 +46,7 @@ from vision_rag_pipeline.documents.registry import (
 
 OP_VALUE_DAYS = 7
 LEASE_POLL_SECONDS = 1.0
+RENEW_SECONDS = LEASE_SECONDS / 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS asset_values (
@@ -69,7 +70,9 @@ END $$;
 """
 _held: set[tuple[str, str]] = set()  # (partition, run) leases this process knows its runs hold
 _held_lock = threading.Lock()
-_renewing: list[threading.Thread] = []
+# the index databases where this process has taken leases (URL -> registry), all renewed
+_lease_databases: dict[str, DocumentRegistry] = {}
+_renewal: threading.Thread | None = None
 
 
 class PostgresAssetIOManager(dg.ConfigurableIOManager):
@@ -168,13 +171,14 @@ def hold_documents(
     wanted = [key for key in partition_keys if (key, run_id) not in _held]
     if not wanted:
         return
-    registry = DocumentRegistry(url or database_url())
+    url = url or database_url()
+    registry = DocumentRegistry(url)
     me = this_process()
     for key in wanted:
         _hold(registry, key, run_id, me, instance, log)
         with _held_lock:
             _held.add((key, run_id))
-    _keep_renewing(registry, me)
+    _keep_renewing(url, registry, me)
 
 
 def _hold(
@@ -210,24 +214,30 @@ def abandon_run(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> N
         storage.free_concurrency_slots_for_run(run.run_id)
 
 
-def _keep_renewing(registry: DocumentRegistry, me: str) -> None:
+def _keep_renewing(url: str, registry: DocumentRegistry, me: str) -> None:
     """One thread per process renews its leases while the process lives (another host tells a
-    live holder from a dead one by these renewals)."""
+    live holder from a dead one by these renewals), in every database where this process has taken
+    one: a process may run against several index databases in turn. A forked child inherits the
+    databases but not the thread, and starts its own."""
+    global _renewal
     with _held_lock:
-        if _renewing:
+        _lease_databases.setdefault(url, registry)
+        if _renewal is not None and _renewal.is_alive():
             return
+        _renewal = threading.Thread(target=_renew, args=(me,), name="vision-rag-lease-renewal", daemon=True)
+        _renewal.start()
 
-        def renew() -> None:
-            while True:
-                time.sleep(LEASE_SECONDS / 4)
-                try:
-                    registry.renew(me)
-                except Exception:  # the database is away: the next renewal tries again
-                    continue
 
-        thread = threading.Thread(target=renew, name="vision-rag-lease-renewal", daemon=True)
-        _renewing.append(thread)
-        thread.start()
+def _renew(me: str) -> None:
+    while True:
+        time.sleep(RENEW_SECONDS)
+        with _held_lock:
+            registries = list(_lease_databases.values())
+        for registry in registries:
+            try:
+                registry.renew(me)
+            except Exception:  # this database is away: the next renewal tries again
+                continue
 
 
 def delete_partition_values(partition_key: str, url: str | None = None) -> int:
