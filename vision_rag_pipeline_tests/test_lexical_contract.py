@@ -230,6 +230,49 @@ def test_a_filter_does_not_change_the_ranking(index: LexicalIndex) -> None:
     ]
 
 
+KINDS_CORPUS = [
+    doc("r:t", "report", "Revenue chart and revenue table for the quarter"),
+    doc("r:tab", "report", "Revenue by region table", kind="table", page=2),
+    doc("r:img", "report", "Chart of revenue", kind="image", page=2, image="img/rev.png"),
+    doc("r:p2", "report", "Revenue by region table. Chart of revenue", kind="page", page=2),
+    doc("a:t", "album", "A revenue poster", page=1),
+    doc("a:img", "album", "Photo of a revenue chart", kind="image", page=1, image="img/poster.png"),
+    doc("a:p1", "album", "A revenue poster. Photo of a revenue chart", kind="page", page=1),
+    doc("m:t", "memo", "The board discussed revenue"),
+]
+
+
+def test_any_filter_keeps_exactly_the_hits_that_satisfy_it_with_their_scores(index: LexicalIndex) -> None:
+    """Whatever documents and kinds a search keeps (every subset of the kinds an index holds, page
+    units among them), it returns the unfiltered hits that satisfy the filter, in their order, with
+    their scores."""
+    for document_id in ("report", "album", "memo"):
+        index.replace_document(
+            document_id, [item for item in KINDS_CORPUS if item.document_id == document_id]
+        )
+    kind_of = {item.chunk_id: item.kind for item in KINDS_CORPUS}
+    document_of = {item.chunk_id: item.document_id for item in KINDS_CORPUS}
+    unfiltered = [(hit.chunk_id, hit.score) for hit in index.search("revenue chart", 20)]
+    assert len(unfiltered) == len(KINDS_CORPUS)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        st.none() | st.lists(st.sampled_from(["text", "table", "image", "page"]), min_size=1, unique=True),
+        st.none()
+        | st.lists(st.sampled_from(["report", "album", "memo", "missing"]), min_size=1, unique=True),
+    )
+    def filtered_search(kinds: list[str] | None, documents: list[str] | None) -> None:
+        hits = index.search("revenue chart", 20, document_ids=documents, kinds=kinds)
+        assert [(hit.chunk_id, round(hit.score, 5)) for hit in hits] == [
+            (chunk_id, round(score, 5))
+            for chunk_id, score in unfiltered
+            if (kinds is None or kind_of[chunk_id] in kinds)
+            and (documents is None or document_of[chunk_id] in documents)
+        ]
+
+    filtered_search()
+
+
 @pytest.mark.parametrize("query", ["the of and", "?!...", "", "   ", "-- :: ()"])
 def test_punctuation_and_stop_words_match_nothing(index: LexicalIndex, query: str) -> None:
     load_corpus(index)
