@@ -132,6 +132,14 @@ def _schema(dim: int) -> str:
 _CHUNK_COLUMNS = (
     "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url, metadata"
 )
+# A search's rows carry their metadata without what no search reads and a PDF chunk has most of: the
+# descriptions of its images and the landmarks other than the periods (the document's header, the
+# page names), ~0.7 kB of JSON a row to decode otherwise.
+_SEARCHED_COLUMNS = (
+    "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url,"
+    " metadata - 'images' - 'landmarks' || jsonb_strip_nulls(jsonb_build_object('landmarks',"
+    " jsonb_build_object('periods', metadata->'landmarks'->'periods')))"
+)
 
 
 class Pointers(NamedTuple):
@@ -310,7 +318,8 @@ class PgVectorStore:
         vector and on the pages `pages_also` names (page unit ids); the chunks `pointers` point at (by
         similarity to the first vector); the chunks `also` names. Every candidate satisfies the
         filters (documents, kinds, metadata containment). Returned with their rows and vectors, and
-        with the page unit of each candidate's page.
+        with the page unit of each candidate's page; a row's metadata without its images and its
+        landmarks other than the periods (`_SEARCHED_COLUMNS`).
 
         The filters are applied in each scan: pgvector's iterative scan keeps walking the graph until
         `limit` rows pass them, so a selective filter does not starve the result. The literal
@@ -379,10 +388,10 @@ class PgVectorStore:
                 UNION SELECT c.chunk_id FROM (SELECT DISTINCT document_id, page FROM rows) AS r
                 JOIN chunks c ON c.document_id = r.document_id AND c.kind = 'page' AND c.page IS NOT DISTINCT FROM r.page
             )
-            SELECT {_CHUNK_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
+            SELECT {_SEARCHED_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
             FROM rows r
             UNION ALL
-            SELECT {_CHUNK_COLUMNS}, embedding, 'page', NULL FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM units)"""
+            SELECT {_SEARCHED_COLUMNS}, embedding, 'page', NULL FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM units)"""
         wanted = [Vector(v) for v in vectors]
         arguments: list[Any] = [wanted, *params, limit]
         arguments += [wanted, *params, list(focus_documents), limit if focus_documents else 0]
