@@ -60,4 +60,4 @@ fi
 
 "$venv/bin/python" -m pip check || true  # the mismatched pins, said once; not a failure
 "$venv/bin/python" -c 'import dagster; print("dagster", dagster.__version__)'
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "${TESTS[@]}" "$@"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${VISION_RAG_TEST_WORKERS:-2}" --dist loadfile "${TESTS[@]}" "$@"
