@@ -2,7 +2,7 @@
 page's partition health, backfill requests turned into runs, and one more document's ingest.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py build --docs 100000 [--home /tmp/bench_catalog]
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000] [--code-server]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py version [--change-config] [--resume]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py sensors [--drop 2000]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py inbox [--rounds 3]
@@ -25,7 +25,11 @@ sha256), so a tick reads event bodies of a real run's size.
 most `--max-runs` runs executing at once) on the catalog for `--seconds` and reports each sensor's
 tick durations (Dagster's own tick records: start to end, run submission included), the runs created
 and the registry's unfinished documents. `--change-config` edits the config file first (a setting
-that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first.
+that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first
+(removed afterwards, with their registry rows and partitions). `--code-server`: the daemon loads the
+code location from one `dagster code-server` started first, for its whole life, as `dagster dev` and
+docker-compose.yml run it; without it, from the code server `dagster-daemon run -m` starts itself
+and replaces every minute.
 `version` calls `version_sensor` in this process as the daemon does, tick after tick with its cursor,
 from an empty cursor (a new sensor on an existing catalog reads every materialization once) until a
 tick finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the
@@ -70,6 +74,8 @@ SAMPLE = REPO / "vision_rag_pipeline" / "samples" / "larkspur_q3_2024_operations
 FILES_PER_FOLDER = 1000
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 EVENTS_PER_BATCH = 4000
+LOCATION = "vision_rag_pipeline.definitions"  # the code location's name, however it is loaded
+CODE_SERVER_PORT = 4266
 
 
 def environment(home: Path) -> dict[str, str]:
@@ -293,9 +299,14 @@ class Daemon:
     """`dagster-daemon run` on the catalog, in its own process group (stopped with what it started),
     executing at most `max_runs` runs at once: the machine is shared, and the catalog's runs fail
     anyway (its partitions have no stored values), so they only add load. The instance file is
-    restored when it stops."""
+    restored when it stops.
 
-    def __init__(self, home: Path, env: dict[str, str], max_runs: int) -> None:
+    By default the daemon starts its own code server and replaces it every minute, as `dagster-daemon
+    run -m` does. `code_server`: it loads the code location from one `dagster code-server` started
+    first, which serves the sensors for the daemon's whole life, as under `dagster dev` and in
+    docker-compose.yml."""
+
+    def __init__(self, home: Path, env: dict[str, str], max_runs: int, code_server: bool = False) -> None:
         import yaml
 
         self.instance_yaml = home / "dagster" / "dagster.yaml"
@@ -304,29 +315,62 @@ class Daemon:
         instance["concurrency"]["runs"]["max_concurrent_runs"] = max_runs
         self.instance_yaml.write_text(yaml.safe_dump(instance))  # no header: vision-rag leaves it as it is
         self.log = (home / "daemon.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "dagster-daemon"),
-                "run",
-                "-m",
-                "vision_rag_pipeline.definitions",
-            ],
-            cwd=home,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        self.processes: list[subprocess.Popen] = []
+        target = ["-m", LOCATION]
+        if code_server:
+            self.start(
+                "dagster",
+                ["code-server", "start", *target, "--location-name", LOCATION, "-p", str(CODE_SERVER_PORT)],
+                home,
+                env,
+            )
+            self.wait_for_code_server(env)
+            workspace = home / "workspace_code_server.yaml"
+            location = {"host": "127.0.0.1", "port": CODE_SERVER_PORT, "location_name": LOCATION}
+            workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": location}]}))
+            target = ["-w", str(workspace)]
+        self.start("dagster-daemon", ["run", *target], home, env)
+
+    def start(self, executable: str, args: list[str], home: Path, env: dict[str, str]) -> None:
+        self.processes.append(
+            subprocess.Popen(
+                [str(Path(sys.executable).parent / executable), *args],
+                cwd=home,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
         )
 
+    @staticmethod
+    def wait_for_code_server(env: dict[str, str]) -> None:
+        deadline = time.monotonic() + 300
+        while subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dagster"),
+                "api",
+                "grpc-health-check",
+                "-p",
+                str(CODE_SERVER_PORT),
+            ],
+            env=env,
+            capture_output=True,
+        ).returncode:
+            if time.monotonic() > deadline:
+                sys.exit("the code server did not answer within 300 s (daemon.log)")
+            time.sleep(1)
+
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGINT)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        for process in reversed(self.processes):  # the daemon first: its code server outlives it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         self.log.close()
         self.instance_yaml.write_text(self.instance_text)
 
@@ -377,31 +421,58 @@ def adopt_version_cursor(home: Path, env: dict[str, str], instance) -> None:  # 
     saved.rename(saved.with_suffix(".adopted"))
 
 
-def run_daemon(home: Path, seconds: float, change_config: bool, drop: int, max_runs: int) -> None:
+def drop_files(home: Path, count: int) -> int:
+    """Write `count` new files into the inbox, numbered where no build writes; returns the first number."""
+    first = load_progress(home)["docs"] + 1_000_000
+    write_files(home, first, count)
+    return first
+
+
+def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noqa: ANN001
+    """The catalog as built again: the dropped files, their registry rows and partitions go."""
+    from vision_rag_pipeline.core.postgres import connect
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+
+    dropped = [file_path(home, number) for number in range(first, first + count)]
+    with connect() as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id",
+                ([str(path) for path in dropped],),
+            )
+        ]
+    for document_id in ids:
+        instance.delete_dynamic_partition(documents_partitions.name, document_id)
+    for folder in {path.parent for path in dropped}:
+        shutil.rmtree(folder)
+
+
+def run_daemon(
+    home: Path, seconds: float, change_config: bool, drop: int, max_runs: int, code_server: bool
+) -> None:
     env = environment(home)
     os.environ.update(env)
     from vision_rag_pipeline.defs.runner import dagster_instance
 
     instance = dagster_instance()
-    progress = load_progress(home)
     if change_config:
         config = home / "config.yaml"
         keywords = 6 if "max_keywords: 5" in config.read_text() else 5
         config.write_text(f"id: default\nmedia_enrichment: {{fusion: {{max_keywords: {keywords}}}}}\n")
-    if drop:
-        first = progress["docs"] + progress.get("dropped", 0)
-        write_files(home, first, drop)
-        progress["dropped"] = progress.get("dropped", 0) + drop
-        save_progress(home, progress)
+    first = drop_files(home, drop) if drop else 0
     adopt_version_cursor(home, env, instance)
     since = time.time()
     load = os.getloadavg()
-    daemon = Daemon(home, env, max_runs)
+    daemon = Daemon(home, env, max_runs, code_server)
     try:
         time.sleep(seconds)
     finally:
         daemon.stop()
     ticks = sensor_ticks(instance, since)
+    registry = registry_states()
+    if drop:
+        remove_dropped(home, instance, first, drop)
     report = {
         "seconds": seconds,
         "change_config": change_config,
@@ -410,8 +481,11 @@ def run_daemon(home: Path, seconds: float, change_config: bool, drop: int, max_r
         "load_average_at_start": [round(x, 2) for x in load],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "sensors": {name: tick_report(found) for name, found in ticks.items()},
+        "code_server": "one for the daemon's life"
+        if code_server
+        else "the daemon's own, replaced every minute",
         "runs_created_and_documents_in_them": runs_since(instance, since),
-        "registry": registry_states(),
+        "registry": registry,
     }
     print(json.dumps(report, indent=2))
 
@@ -510,7 +584,6 @@ def sensors_in_process(home: Path, drop: int) -> None:
     from vision_rag_pipeline.defs.definitions import defs
     from vision_rag_pipeline.defs.inbox import inbox_sensor
     from vision_rag_pipeline.defs.intake import ingest_requests
-    from vision_rag_pipeline.defs.partitions import documents_partitions
     from vision_rag_pipeline.defs.resources import IndexDatabase
     from vision_rag_pipeline.defs.runner import dagster_instance
     from vision_rag_pipeline.defs.version_sensor import version_sensor
@@ -549,8 +622,7 @@ def sensors_in_process(home: Path, drop: int) -> None:
     unchanged = [timed(inbox_sensor)[0] for _ in range(3)]
     report["inbox_unchanged_s"] = [round(x, 2) for x in unchanged]
     if drop:
-        first = load_progress(home)["docs"] + 1_000_000  # numbers no build uses
-        write_files(home, first, drop)
+        first = drop_files(home, drop)
         ticks, requests, inbox_cursor = [], [], None
         while True:
             seconds, _, inbox_cursor = timed(inbox_sensor, inbox_cursor)
@@ -572,19 +644,7 @@ def sensors_in_process(home: Path, drop: int) -> None:
             "inbox_s_max": round(max(ticks), 2),
             "ingest_requests_s_median": round(statistics.median(requests), 2),
         }
-        dropped = [file_path(home, number) for number in range(first, first + drop)]
-        with connect() as conn:
-            ids = [
-                row[0]
-                for row in conn.execute(
-                    "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id",
-                    ([str(path) for path in dropped],),
-                )
-            ]
-        for document_id in ids:
-            instance.delete_dynamic_partition(documents_partitions.name, document_id)
-        for folder in {path.parent for path in dropped}:
-            shutil.rmtree(folder)
+        remove_dropped(home, instance, first, drop)
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
 
@@ -878,6 +938,11 @@ def main() -> None:
         default=1,
         help="ticks, backfill: runs the daemon executes at once (the CPU they take)",
     )
+    parser.add_argument(
+        "--code-server",
+        action="store_true",
+        help="ticks: the daemon loads the code from one `dagster code-server` (as `dagster dev` does)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--asset", default="image_enrichments")
     args = parser.parse_args()
@@ -886,7 +951,7 @@ def main() -> None:
     if args.command == "build":
         build(args.home, args.docs, args.files_per_tick)
     elif args.command == "ticks":
-        run_daemon(args.home, args.seconds, args.change_config, args.drop, args.max_runs)
+        run_daemon(args.home, args.seconds, args.change_config, args.drop, args.max_runs, args.code_server)
     elif args.command == "version":
         version_ticks(args.home, args.change_config, args.resume)
     elif args.command == "sensors":
