@@ -4,7 +4,10 @@ Every question with a known answer gives the search's candidates for it, each de
 ranker's features (query/features.py) and labelled: on an evidence page of the question's document
 (the real sets), or in the question's document and holding its fact (the generated sets). Each
 question is searched twice, within its document and across its whole index, and both searches are
-examples. A logistic regression (scikit-learn) learns the weights; every question counts alike.
+examples. Two logistic regressions (scikit-learn) learn the weights, every question counting alike:
+one pointwise (does this candidate answer?), one pairwise (of two candidates of one search, one
+answering and one not, which comes first?: RankNet's question, asked with a linear model), and the
+shipped weights are a fixed mix of the two (`PAIRWISE_SHARE`), so they stay one weighted sum.
 
 Out of fold: documents are split into folds (grouped k-fold, a document's questions all in one
 fold), each fold's questions are ranked by weights fitted on the other folds' documents only, and
@@ -28,6 +31,7 @@ import numpy as np
 
 FOLDS = 5
 REGULARIZATION = 1.0  # scikit-learn's C; the features are on 0..1 scales
+PAIRWISE_SHARE = 0.25  # of the shipped weights from the pairwise fit (BENCHMARKS.md, retrieval quality)
 SHIPPED = Path(__file__).resolve().parents[1] / "vision_rag_pipeline" / "query" / "ranker.json"
 
 
@@ -76,29 +80,45 @@ def collect(
 
 
 def fit(examples: Iterable[Example], version: str = "fold", fitted_on: str = ""):
-    """Logistic regression over the examples' candidates, each question weighing the same: its
-    positives together as much as its negatives together (a search with no answer among its
-    candidates teaches nothing and is left out)."""
+    """The pointwise and the pairwise logistic regressions over the examples' candidates, mixed.
+
+    Pointwise, each question weighs the same: its positives together as much as its negatives
+    together. Pairwise, each (positive, negative) pair of one search is a difference of feature
+    rows, and each search's pairs together weigh one. A search with no answer among its candidates,
+    or nothing else, teaches nothing and is left out."""
     from sklearn.linear_model import LogisticRegression
 
     from vision_rag_pipeline.query.features import FEATURES
     from vision_rag_pipeline.query.ranker import Ranker
 
-    rows, labels, weights = [], [], []
+    rows, labels, weights, differences, pair_weights = [], [], [], [], []
     for example in examples:
         positives = example.labels.sum()
         if positives == 0 or positives == len(example.labels):
             continue
-        rows.append(example.scored.features.matrix)
+        matrix = example.scored.features.matrix
+        rows.append(matrix)
         labels.append(example.labels)
         weights.append(np.where(example.labels > 0, 0.5 / positives, 0.5 / (len(example.labels) - positives)))
-    model = LogisticRegression(C=REGULARIZATION, max_iter=2000)
-    model.fit(np.concatenate(rows), np.concatenate(labels), sample_weight=np.concatenate(weights))
+        answering, other = matrix[example.labels > 0], matrix[example.labels <= 0]
+        pairs = (answering[:, None, :] - other[None, :, :]).reshape(-1, matrix.shape[1])
+        differences.append(pairs)
+        pair_weights.append(np.full(len(pairs), 1.0 / len(pairs)))
+    pointwise = LogisticRegression(C=REGULARIZATION, max_iter=2000)
+    pointwise.fit(np.concatenate(rows), np.concatenate(labels), sample_weight=np.concatenate(weights))
+    pairs, pair_weight = np.concatenate(differences), np.concatenate(pair_weights) * len(differences)
+    pairwise = LogisticRegression(C=REGULARIZATION, max_iter=2000, fit_intercept=False)
+    pairwise.fit(
+        np.concatenate([pairs, -pairs]),
+        np.concatenate([np.ones(len(pairs)), np.zeros(len(pairs))]),
+        sample_weight=np.concatenate([pair_weight, pair_weight]),
+    )
+    mixed = (1 - PAIRWISE_SHARE) * pointwise.coef_[0] + PAIRWISE_SHARE * pairwise.coef_[0]
     return Ranker(
         version=version,
         features=list(FEATURES),
-        weights=[round(float(w), 4) for w in model.coef_[0]],
-        bias=round(float(model.intercept_[0]), 4),
+        weights=[round(float(w), 4) for w in mixed],
+        bias=round(float((1 - PAIRWISE_SHARE) * pointwise.intercept_[0]), 4),
         fitted_on=fitted_on,
     )
 
