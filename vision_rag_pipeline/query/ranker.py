@@ -1,7 +1,8 @@
 """Stage three of a search: one score per candidate, a weighted sum of its features.
 
-The weights are not set by hand. `bench/fit_ranker.py` fits them (logistic regression: is this
-candidate on a page that answers the question?) on every evaluation set with known answers, and
+The weights are not set by hand. `bench/fit_ranker.py` fits them (logistic regressions: is this
+candidate on a page that answers the question, and which of two candidates of a search comes
+first?) on every evaluation set with known answers, and
 reports every quality figure out of fold, documents as groups, so no document's questions train
 the weights scored on them. The fitted weights ship as `ranker.json` beside this module, with the
 command and the data that produced them; `retrieval.ranker` names another such file.

@@ -53,7 +53,7 @@ class Hit(BaseModel):
     document: str  # the source file's path as given to `ingest`
     kind: str
     text: str
-    score: float  # the ranker's probability that this hit answers; hits come best first
+    score: float  # the logistic of the ranker's score, 0 to 1; hits come best first
     page: int | None = None
     bbox: BBox | None = None
     char_span: tuple[int, int] | None = None
