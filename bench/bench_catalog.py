@@ -116,13 +116,19 @@ def file_path(home: Path, number: int) -> Path:
     return home / "inbox" / f"batch-{number // FILES_PER_FOLDER:04d}" / f"report-{number:06d}.pdf"
 
 
-def write_files(home: Path, first: int, count: int) -> None:
+def write_files(home: Path, first: int, count: int, readable: bool = False) -> None:
+    """Files `first`.. in the inbox, each its own bytes: stubs with a PDF header (the catalog's: its
+    values are written by `build`, never by a run), or `readable` one-page PDFs a run ingests."""
     for number in range(first, first + count):
         path = file_path(home, number)
         if number % FILES_PER_FOLDER == 0 or number == first:
             path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
-            path.write_bytes(b"%%PDF-1.4\n%% document %d\n%%%%EOF\n" % number)
+            path.write_bytes(
+                one_page_pdf(f"Report {number}: shipments to depot {number % 97} rose {number % 13} percent.")
+                if readable
+                else b"%%PDF-1.4\n%% document %d\n%%%%EOF\n" % number
+            )
 
 
 def vision_rag(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -422,29 +428,41 @@ def adopt_version_cursor(home: Path, env: dict[str, str], instance) -> None:  # 
 
 
 def drop_files(home: Path, count: int) -> int:
-    """Write `count` new files into the inbox, numbered where no build writes; returns the first number."""
+    """Write `count` new one-page PDFs into the inbox, numbered where no build writes; returns the
+    first number."""
     first = load_progress(home)["docs"] + 1_000_000
-    write_files(home, first, count)
+    write_files(home, first, count, readable=True)
     return first
 
 
-def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noqa: ANN001
-    """The catalog as built again: the dropped files, their registry rows and partitions go."""
-    from vision_rag_pipeline.core.postgres import connect
-    from vision_rag_pipeline.defs.partitions import documents_partitions
+def dropped_paths(home: Path, first: int, count: int) -> list[str]:
+    return [str(file_path(home, number)) for number in range(first, first + count)]
 
-    dropped = [file_path(home, number) for number in range(first, first + count)]
+
+def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noqa: ANN001
+    """The catalog as built again: the dropped files, their registry rows and partitions go, and what
+    their runs wrote (chunks, lexical entries, stored values), as `remove_document` deletes them."""
+    from vision_rag_pipeline.core.postgres import connect
+    from vision_rag_pipeline.defs.io_manager import delete_partition_values
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+    from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
+    from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
+
+    dropped = dropped_paths(home, first, count)
     with connect() as conn:
-        ids = [
-            row[0]
-            for row in conn.execute(
-                "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id",
-                ([str(path) for path in dropped],),
-            )
-        ]
-    for document_id in ids:
+        rows = conn.execute(
+            "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id, state, attempts",
+            (dropped,),
+        ).fetchall()
+    lexical = open_lexical_index()
+    for document_id, state, attempts in rows:
+        if state != "requested" or attempts:  # a run took it: it may have written rows
+            delete_document_rows(document_id)
+            lexical.delete_document(document_id)
+            delete_partition_values(document_id)
         instance.delete_dynamic_partition(documents_partitions.name, document_id)
-    for folder in {path.parent for path in dropped}:
+    lexical.close()
+    for folder in {Path(path).parent for path in dropped}:
         shutil.rmtree(folder)
 
 
@@ -465,13 +483,18 @@ def run_daemon(
     since = time.time()
     load = os.getloadavg()
     daemon = Daemon(home, env, max_runs, code_server)
+    minutes: list[dict[str, int]] = []  # the dropped documents' states at the end of each minute
     try:
-        time.sleep(seconds)
+        while (left := since + seconds - time.time()) > 0:
+            time.sleep(min(60.0, left))
+            if drop:
+                minutes.append(dropped_states(home, first, drop))
     finally:
         daemon.stop()
     ticks = sensor_ticks(instance, since)
     registry = registry_states()
     if drop:
+        materialized = dropped_materialized(home, instance, first, drop)
         remove_dropped(home, instance, first, drop)
     report = {
         "seconds": seconds,
@@ -487,7 +510,41 @@ def run_daemon(
         "runs_created_and_documents_in_them": runs_since(instance, since),
         "registry": registry,
     }
+    if drop:
+        report["dropped_documents_by_minute"] = minutes
+        report["dropped_partitions_materialized"] = materialized
     print(json.dumps(report, indent=2))
+
+
+def dropped_states(home: Path, first: int, count: int) -> dict[str, int]:
+    """{state: documents} of the dropped files in the registry, "unregistered" for those it has not."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    paths = dropped_paths(home, first, count)
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT coalesce(state, '-'), count(*) FROM documents WHERE source_path = ANY(%s) GROUP BY 1",
+            (paths,),
+        ).fetchall()
+    states = dict(rows)
+    return states | {"unregistered": count - sum(states.values())}
+
+
+def dropped_partitions(home: Path, first: int, count: int) -> set[str]:
+    from vision_rag_pipeline.core.postgres import connect
+
+    paths = dropped_paths(home, first, count)
+    with connect() as conn:
+        rows = conn.execute("SELECT document_id FROM documents WHERE source_path = ANY(%s)", (paths,))
+        return {row[0] for row in rows}
+
+
+def dropped_materialized(home: Path, instance, first: int, count: int) -> dict[str, int]:  # noqa: ANN001
+    """{asset: dropped partitions materialized}, from the instance's records."""
+    import dagster as dg
+
+    ids = dropped_partitions(home, first, count)
+    return {name: len(ids & set(instance.get_materialized_partitions(dg.AssetKey(name)))) for name in ASSETS}
 
 
 def runs_since(instance, since: float) -> tuple[int, int]:  # noqa: ANN001
