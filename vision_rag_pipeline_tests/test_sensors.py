@@ -250,6 +250,46 @@ def test_where_the_storage_keeps_the_keys_a_slow_load_is_paid_once_a_tick():
     assert len(affordable(ranges, key_load_s=2.0, keys_kept=False)) == 1
 
 
+def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_one_more(
+    instance, catalog, monkeypatch
+):
+    """The daemon creates a tick's runs after the tick returns, and Dagster counts that in the tick:
+    2-4 s a run under load, against 1 s at rest. Each tick estimates a run's creation from how long
+    the daemon took for the previous tick's runs (their run records), so a tick stays within its
+    budget as the load moves. Here the runs' records are added in turn, as slowly or as quickly as
+    the daemon would create them."""
+    import time
+    import uuid
+
+    from vision_rag_pipeline.defs import intake
+
+    monkeypatch.setattr(intake, "RUN_CREATION_BUDGET_S", 1.0)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(40)))
+    intake.request_documents(instance, ids[::2], "backfill")  # apart: a run each
+
+    def create_runs(result, seconds_each: float) -> None:  # noqa: ANN001
+        for request in result.run_requests:
+            time.sleep(seconds_each)
+            tags = {
+                **request.tags,
+                "dagster/partition": request.partition_key,
+                "dagster/run_key": request.run_key,
+            }
+            instance.add_run(dg.DagsterRun(job_name=request.job_name, run_id=str(uuid.uuid4()), tags=tags))
+
+    fast = intake.RequestsCursor(run_creation_s=0.15).model_dump_json()
+    first = ingest_requests_sensor(_context(instance, fast))
+    create_runs(first, seconds_each=0.6)
+    after_slow = ingest_requests_sensor(_context(instance, first.cursor))
+    create_runs(after_slow, seconds_each=0.0)
+    after_fast = ingest_requests_sensor(_context(instance, after_slow.cursor))
+
+    assert len(first.run_requests) == 6, "0.15 s a run in a 1 s budget"
+    assert len(after_slow.run_requests) == 1, "0.6 s a run, as the runs were created: one fits"
+    assert intake.RequestsCursor.parse(after_slow.cursor).run_creation_s >= 0.6
+    assert len(after_fast.run_requests) >= 6, "more again once the runs are created quickly"
+
+
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):
     pdf = Path(shutil.copy(PDF, inbox))
     tick(instance)

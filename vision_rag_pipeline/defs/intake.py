@@ -68,16 +68,19 @@ MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
 MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 1 s a
-# run (100,000 partitions, 2 shared cores, load 8-15), and for a run over a partition range also one
-# load of every partition key per asset and check of the job (its planned events: 12 in
-# ingest_document), 0.4-2.6 s each at 100,000 partitions (BENCHMARKS.md "Catalog of 100,000
-# documents"). The local storage keeps the keys it loaded until a partition is added or deleted
-# (defs/local_storage.py): there the daemon loads them at most once a tick. A tick makes at most
-# MAX_RUNS_PER_TICK runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first always),
-# so it stays within seconds however many documents wait and however large the catalog.
+# run (100,000 partitions, 2 shared cores, load 8-15), 2-4 s under heavier contention, and for a run
+# over a partition range also one load of every partition key per asset and check of the job (its
+# planned events: 12 in ingest_document), 0.4-2.6 s each at 100,000 partitions (BENCHMARKS.md "Catalog
+# of 100,000 documents"). The local storage keeps the keys it loaded until a partition is added or
+# deleted (defs/local_storage.py): there the daemon loads them at most once a tick. A tick makes at
+# most MAX_RUNS_PER_TICK runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first
+# always), so it stays within seconds however many documents wait and however large the catalog. The
+# estimate of a run's creation is what the daemon took for the previous tick's runs (from the tick's
+# return to the last run's creation, as the run records say; RUN_CREATION_S until a tick made runs).
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
 RUN_CREATION_S = 1.0
+MIN_RUN_CREATION_S = 0.1
 PLANNED_OUTPUTS = 12
 RUN_CREATION_BUDGET_S = 6.0
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
@@ -277,15 +280,17 @@ def plan_batches(
     return sorted(batches, key=lambda batch: -batch.size)
 
 
-def affordable(batches: Sequence[Batch], key_load_s: float, keys_kept: bool) -> list[Batch]:
-    """The first batches whose runs the daemon can create within a tick's budget, given what one load
-    of every partition key took here: a range run's creation makes Dagster load them PLANNED_OUTPUTS
-    times, or, where the storage keeps the keys it loaded (`keys_kept`), once for the tick's runs.
-    At least one, at most MAX_RUNS_PER_TICK."""
+def affordable(
+    batches: Sequence[Batch], key_load_s: float, keys_kept: bool, run_creation_s: float = RUN_CREATION_S
+) -> list[Batch]:
+    """The first batches whose runs the daemon can create within a tick's budget, given a run's
+    creation (`run_creation_s`) and what one load of every partition key took here: a range run's
+    creation makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it
+    loaded (`keys_kept`), once for the tick's runs. At least one, at most MAX_RUNS_PER_TICK."""
     kept: list[Batch] = []
     spent = 0.0
     for batch in batches:
-        cost = RUN_CREATION_S
+        cost = run_creation_s
         if len(batch.documents) > 1:
             loads = 0 if keys_kept and any(len(b.documents) > 1 for b in kept) else 1
             cost += (1 if keys_kept else PLANNED_OUTPUTS) * loads * key_load_s
@@ -294,6 +299,35 @@ def affordable(batches: Sequence[Batch], key_load_s: float, keys_kept: bool) -> 
         kept.append(batch)
         spent += cost
     return kept
+
+
+class RequestsCursor(BaseModel):
+    """What an `ingest_requests` tick leaves the next: the runs it requested and when it returned them
+    to the daemon, and the estimate of a run's creation it used."""
+
+    returned_at: float = 0.0  # epoch seconds
+    run_keys: list[str] = []
+    run_creation_s: float = RUN_CREATION_S
+
+    @classmethod
+    def parse(cls, cursor: str | None) -> RequestsCursor:
+        try:
+            return cls.model_validate_json(cursor) if cursor else cls()
+        except ValueError:  # a cursor of another version: start from the default estimate
+            return cls()
+
+
+def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> float:
+    """A run's creation as the daemon did it for the previous tick's runs: from that tick's return to
+    the newest of its runs' creation times (Dagster's run records), per run; the last estimate when
+    that tick made no run or none was created."""
+    if not last.run_keys:
+        return last.run_creation_s
+    records = instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys}))
+    if not records:
+        return last.run_creation_s
+    newest = max(record.create_timestamp.timestamp() for record in records)
+    return max(MIN_RUN_CREATION_S, (newest - last.returned_at) / len(records))
 
 
 def claim_key(owner: str, run_id: str) -> str:
@@ -510,14 +544,18 @@ def wait_for_documents(
 def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase) -> dg.SensorResult:
     registry = index_db.registry()
     reconcile(context.instance, registry)
+    run_creation_s = run_creation_estimate(context.instance, RequestsCursor.parse(context.cursor))
     claimer = f"sensor {uuid.uuid4().hex}"
     claimed = registry.claim(claimer, limit=MAX_CLAIMED_PER_TICK)
     if not claimed:
-        return dg.SensorResult(skip_reason=dg.SkipReason("no document is waiting for a run"))
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason("no document is waiting for a run"),
+            cursor=RequestsCursor(run_creation_s=run_creation_s).model_dump_json(),
+        )
     started = time.monotonic()
     batches = plan_batches(context.instance, claimed)  # loads every partition key once
     keys_kept = isinstance(context.instance.event_log_storage, LocalEventLogStorage)
-    kept = affordable(batches, key_load_s=time.monotonic() - started, keys_kept=keys_kept)
+    kept = affordable(batches, time.monotonic() - started, keys_kept, run_creation_s)
     if len(kept) < len(batches):  # the rest wait, in their place, for the next tick
         registry.release(claimer, [key for batch in batches[len(kept) :] for key in batch.documents])
     batches = kept
@@ -531,5 +569,13 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         else:
             requests.append(dg.RunRequest(job_name=batch.job, run_key=key, tags=batch.tags()))
     registry.name_run(keys, claimer)
-    context.log.info(f"{sum(len(batch.documents) for batch in batches)} documents in {len(batches)} runs")
-    return dg.SensorResult(run_requests=requests)
+    context.log.info(
+        f"{sum(len(batch.documents) for batch in batches)} documents in {len(batches)} runs"
+        f" (a run's creation estimated at {run_creation_s:.1f} s)"
+    )
+    cursor = RequestsCursor(
+        returned_at=time.time(),
+        run_keys=[r.run_key for r in requests if r.run_key],
+        run_creation_s=run_creation_s,
+    )
+    return dg.SensorResult(run_requests=requests, cursor=cursor.model_dump_json())
