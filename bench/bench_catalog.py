@@ -493,6 +493,8 @@ def run_daemon(
         daemon.stop()
     ticks = sensor_ticks(instance, since)
     registry = registry_states()
+    runs = runs_since(instance, since)  # before the dropped partitions go: it reads their order
+    delete_unfinished_runs(instance, since)
     if drop:
         materialized = dropped_materialized(home, instance, first, drop)
         remove_dropped(home, instance, first, drop)
@@ -507,7 +509,7 @@ def run_daemon(
         "code_server": "one for the daemon's life"
         if code_server
         else "the daemon's own, replaced every minute",
-        "runs_created_and_documents_in_them": runs_since(instance, since),
+        "runs_created_and_documents_in_them": runs,
         "registry": registry,
     }
     if drop:
@@ -545,6 +547,21 @@ def dropped_materialized(home: Path, instance, first: int, count: int) -> dict[s
 
     ids = dropped_partitions(home, first, count)
     return {name: len(ids & set(instance.get_materialized_partitions(dg.AssetKey(name)))) for name in ASSETS}
+
+
+def delete_unfinished_runs(instance, since: float) -> None:  # noqa: ANN001
+    """The runs the stopped daemon left queued or started: a later daemon would launch them."""
+    import dagster as dg
+
+    statuses = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
+    created = dt.datetime.fromtimestamp(since, dt.UTC)
+    for run in instance.get_runs(dg.RunsFilter(created_after=created, statuses=statuses)):
+        instance.delete_run(run.run_id)
 
 
 def runs_since(instance, since: float) -> tuple[int, int]:  # noqa: ANN001
