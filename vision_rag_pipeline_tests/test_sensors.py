@@ -257,7 +257,8 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
     2-4 s a run under load, against 1 s at rest. Each tick estimates a run's creation from how long
     the daemon took for the previous tick's runs (their run records), so a tick stays within its
     budget as the load moves. Here the runs' records are added in turn, as slowly or as quickly as
-    the daemon would create them."""
+    the daemon would create them (unqueued runs: the estimate takes the newest record's creation; a
+    queued run's submission to the queue is exercised by test_daemon.py's real daemon)."""
     import time
     import uuid
 

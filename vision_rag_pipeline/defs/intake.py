@@ -76,7 +76,7 @@ RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # most MAX_RUNS_PER_TICK runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first
 # always), so it stays within seconds however many documents wait and however large the catalog. The
 # estimate of a run's creation is what the daemon took for the previous tick's runs (from the tick's
-# return to the last run's creation, as the run records say; RUN_CREATION_S until a tick made runs).
+# return to the last run's submission, as Dagster records it; RUN_CREATION_S until a tick made runs).
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
 RUN_CREATION_S = 1.0
@@ -319,15 +319,21 @@ class RequestsCursor(BaseModel):
 
 def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> float:
     """A run's creation as the daemon did it for the previous tick's runs: from that tick's return to
-    the newest of its runs' creation times (Dagster's run records), per run; the last estimate when
-    that tick made no run or none was created."""
+    the end of its newest run's creation, per run; the last estimate when that tick made no run or
+    none was created. The daemon creates a tick's runs one after the other, each in turn: its run
+    record, its planned events (most of the time), its submission to the queue (`RUN_ENQUEUED`, or
+    the record's own time where runs are not queued)."""
     if not last.run_keys:
         return last.run_creation_s
     records = instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys}))
     if not records:
         return last.run_creation_s
-    newest = max(record.create_timestamp.timestamp() for record in records)
-    return max(MIN_RUN_CREATION_S, (newest - last.returned_at) / len(records))
+    newest = max(records, key=lambda record: record.create_timestamp)
+    enqueued = instance.get_records_for_run(
+        newest.dagster_run.run_id, of_type=dg.DagsterEventType.RUN_ENQUEUED, limit=1
+    ).records
+    created = enqueued[0].timestamp if enqueued else newest.create_timestamp.timestamp()
+    return max(MIN_RUN_CREATION_S, (created - last.returned_at) / len(records))
 
 
 def claim_key(owner: str, run_id: str) -> str:
