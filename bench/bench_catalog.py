@@ -25,8 +25,10 @@ sha256), so a tick reads event bodies of a real run's size.
 most `--max-runs` runs executing at once) on the catalog for `--seconds` and reports each sensor's
 tick durations (Dagster's own tick records: start to end, run submission included), the runs created
 and the registry's unfinished documents. `--change-config` edits the config file first (a setting
-that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first
-(removed afterwards, with their registry rows and partitions). `--code-server`: the daemon loads the
+that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first,
+one-page PDFs of a line of text each, which the daemon's runs ingest (the report gives their states
+at the end of each minute and their partitions materialized; the files, their registry rows,
+partitions, chunks and lexical entries are removed afterwards, and the runs left queued). `--code-server`: the daemon loads the
 code location from one `dagster code-server` started first, for its whole life, as `dagster dev` and
 docker-compose.yml run it; without it, from the code server `dagster-daemon run -m` starts itself
 and replaces every minute.
@@ -49,8 +51,8 @@ fresh `dagster-webserver`: the first answer cold, then warm. `backfill` requests
 of one new one-page text PDF (no image: its cost is almost all bookkeeping) into the catalog,
 `--rounds` times: Dagster's run stats (start to end) and the whole command.
 
-The catalog's partitions have no stored asset values, so the runs a measurement starts fail loading
-their inputs; tick figures do not depend on that.
+The catalog's partitions have no stored asset values, so the runs a measurement starts for them fail
+loading their inputs; tick figures do not depend on that. A drop's runs ingest their new files.
 """
 
 from __future__ import annotations
@@ -439,21 +441,28 @@ def dropped_paths(home: Path, first: int, count: int) -> list[str]:
     return [str(file_path(home, number)) for number in range(first, first + count)]
 
 
+def on_dropped(home: Path, first: int, count: int, sql: str) -> list[tuple]:
+    """The rows of `sql` (a statement on the registry, `%s` = the dropped files' paths)."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn:
+        return conn.execute(sql, (dropped_paths(home, first, count),)).fetchall()
+
+
 def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noqa: ANN001
     """The catalog as built again: the dropped files, their registry rows and partitions go, and what
     their runs wrote (chunks, lexical entries, stored values), as `remove_document` deletes them."""
-    from vision_rag_pipeline.core.postgres import connect
     from vision_rag_pipeline.defs.io_manager import delete_partition_values
     from vision_rag_pipeline.defs.partitions import documents_partitions
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
     from vision_rag_pipeline.indexes.pgvector_store import delete_document_rows
 
-    dropped = dropped_paths(home, first, count)
-    with connect() as conn:
-        rows = conn.execute(
-            "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id, state, attempts",
-            (dropped,),
-        ).fetchall()
+    rows = on_dropped(
+        home,
+        first,
+        count,
+        "DELETE FROM documents WHERE source_path = ANY(%s) RETURNING document_id, state, attempts",
+    )
     lexical = open_lexical_index()
     for document_id, state, attempts in rows:
         if state != "requested" or attempts:  # a run took it: it may have written rows
@@ -462,7 +471,7 @@ def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noq
             delete_partition_values(document_id)
         instance.delete_dynamic_partition(documents_partitions.name, document_id)
     lexical.close()
-    for folder in {Path(path).parent for path in dropped}:
+    for folder in {Path(path).parent for path in dropped_paths(home, first, count)}:
         shutil.rmtree(folder)
 
 
@@ -520,32 +529,21 @@ def run_daemon(
 
 def dropped_states(home: Path, first: int, count: int) -> dict[str, int]:
     """{state: documents} of the dropped files in the registry, "unregistered" for those it has not."""
-    from vision_rag_pipeline.core.postgres import connect
-
-    paths = dropped_paths(home, first, count)
-    with connect() as conn:
-        rows = conn.execute(
-            "SELECT coalesce(state, '-'), count(*) FROM documents WHERE source_path = ANY(%s) GROUP BY 1",
-            (paths,),
-        ).fetchall()
-    states = dict(rows)
+    sql = "SELECT coalesce(state, '-'), count(*) FROM documents WHERE source_path = ANY(%s) GROUP BY 1"
+    states = dict(on_dropped(home, first, count, sql))
     return states | {"unregistered": count - sum(states.values())}
-
-
-def dropped_partitions(home: Path, first: int, count: int) -> set[str]:
-    from vision_rag_pipeline.core.postgres import connect
-
-    paths = dropped_paths(home, first, count)
-    with connect() as conn:
-        rows = conn.execute("SELECT document_id FROM documents WHERE source_path = ANY(%s)", (paths,))
-        return {row[0] for row in rows}
 
 
 def dropped_materialized(home: Path, instance, first: int, count: int) -> dict[str, int]:  # noqa: ANN001
     """{asset: dropped partitions materialized}, from the instance's records."""
     import dagster as dg
 
-    ids = dropped_partitions(home, first, count)
+    ids = {
+        row[0]
+        for row in on_dropped(
+            home, first, count, "SELECT document_id FROM documents WHERE source_path = ANY(%s)"
+        )
+    }
     return {name: len(ids & set(instance.get_materialized_partitions(dg.AssetKey(name)))) for name in ASSETS}
 
 
