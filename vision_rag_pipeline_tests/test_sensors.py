@@ -278,7 +278,7 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
             }
             instance.add_run(dg.DagsterRun(job_name=request.job_name, run_id=str(uuid.uuid4()), tags=tags))
 
-    fast = intake.RequestsCursor(run_creation_s=0.15).model_dump_json()
+    fast = intake.RequestsCursor(returned_at=time.time(), run_creation_s=0.15).model_dump_json()
     first = ingest_requests_sensor(_context(instance, fast))
     create_runs(first, seconds_each=0.6)
     after_slow = ingest_requests_sensor(_context(instance, first.cursor))
@@ -289,6 +289,12 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
     assert len(after_slow.run_requests) == 1, "0.6 s a run, as the runs were created: one fits"
     assert intake.RequestsCursor.parse(after_slow.cursor).run_creation_s >= 0.6
     assert len(after_fast.run_requests) >= 6, "more again once the runs are created quickly"
+
+    long_ago = intake.RequestsCursor(returned_at=time.time() - 3600, run_creation_s=0.15).model_dump_json()
+    result = ingest_requests_sensor(_context(instance, long_ago))
+    assert intake.RequestsCursor.parse(result.cursor).run_creation_s == intake.RUN_CREATION_S, (
+        "a measure from a daemon stopped an hour ago gives way to the default"
+    )
 
 
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):

@@ -81,6 +81,7 @@ MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
 RUN_CREATION_S = 1.0
 MIN_RUN_CREATION_S = 0.1
+ESTIMATE_MAX_AGE_S = 600  # a measure older than this (a daemon stopped since) gives way to RUN_CREATION_S
 PLANNED_OUTPUTS = 12
 RUN_CREATION_BUDGET_S = 6.0
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
@@ -303,7 +304,7 @@ def affordable(
 
 class RequestsCursor(BaseModel):
     """What an `ingest_requests` tick leaves the next: the runs it requested and when it returned them
-    to the daemon, and the estimate of a run's creation it used."""
+    to the daemon (a tick without runs passes on the last), and the estimate of a run's creation."""
 
     returned_at: float = 0.0  # epoch seconds
     run_keys: list[str] = []
@@ -322,10 +323,13 @@ def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) ->
     the end of its newest run's creation, per run; the last estimate when that tick made no run or
     none was created. The daemon creates a tick's runs one after the other, each in turn: its run
     record, its planned events (most of the time), its submission to the queue (`RUN_ENQUEUED`, or
-    the record's own time where runs are not queued)."""
-    if not last.run_keys:
-        return last.run_creation_s
-    records = instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys}))
+    the record's own time where runs are not queued). RUN_CREATION_S where the last runs are older
+    than ESTIMATE_MAX_AGE_S: the load they were made under has passed."""
+    if time.time() - last.returned_at > ESTIMATE_MAX_AGE_S:
+        return RUN_CREATION_S
+    records = (
+        instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys})) if last.run_keys else []
+    )
     if not records:
         return last.run_creation_s
     newest = max(records, key=lambda record: record.create_timestamp)
@@ -550,13 +554,16 @@ def wait_for_documents(
 def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase) -> dg.SensorResult:
     registry = index_db.registry()
     reconcile(context.instance, registry)
-    run_creation_s = run_creation_estimate(context.instance, RequestsCursor.parse(context.cursor))
+    last = RequestsCursor.parse(context.cursor)
+    run_creation_s = run_creation_estimate(context.instance, last)
     claimer = f"sensor {uuid.uuid4().hex}"
     claimed = registry.claim(claimer, limit=MAX_CLAIMED_PER_TICK)
     if not claimed:
         return dg.SensorResult(
             skip_reason=dg.SkipReason("no document is waiting for a run"),
-            cursor=RequestsCursor(run_creation_s=run_creation_s).model_dump_json(),
+            cursor=RequestsCursor(
+                returned_at=last.returned_at, run_creation_s=run_creation_s
+            ).model_dump_json(),
         )
     started = time.monotonic()
     batches = plan_batches(context.instance, claimed)  # loads every partition key once
