@@ -129,16 +129,14 @@ def _schema(dim: int) -> str:
     return _tables_ddl(dim) + _indexes_ddl() + _PAGE_KIND_MIGRATION + _VECTOR_MODELS_DDL
 
 
-_CHUNK_COLUMNS = (
-    "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url, metadata"
-)
+_ROW_COLUMNS = "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url"
+_CHUNK_COLUMNS = f"{_ROW_COLUMNS}, metadata"
 # A search's rows carry their metadata without what no search reads and a PDF chunk has most of: the
 # descriptions of its images and the landmarks other than the periods (the document's header, the
 # page names), ~0.7 kB of JSON a row to decode otherwise.
 _SEARCHED_COLUMNS = (
-    "chunk_id, document_id, chunk_index, kind, text, page, bbox, char_start, char_end, image_url,"
-    " metadata - 'images' - 'landmarks' || jsonb_strip_nulls(jsonb_build_object('landmarks',"
-    " jsonb_build_object('periods', metadata->'landmarks'->'periods')))"
+    f"{_ROW_COLUMNS}, metadata - 'images' - 'landmarks' || jsonb_strip_nulls(jsonb_build_object("
+    "'landmarks', jsonb_build_object('periods', metadata->'landmarks'->'periods')))"
 )
 
 
