@@ -148,11 +148,12 @@ def own_index(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     session's index holds whatever the modules before ran, and on a pytest worker which modules
     those were depends on the other worker."""
     from vision_rag_pipeline.defs.runner import dagster_instance
-    from vision_rag_pipeline.query.candidates import vector_store
 
     home = tmp_path_factory.mktemp("own_home")
     (home / "dagster").mkdir()
-    kept_per_process = (vector_store, dagster_instance)  # each opened on the index in effect then
+    kept_per_process = (
+        dagster_instance,
+    )  # opened on the instance in effect then (the search's store is per database)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VISION_RAG_HOME", str(home))
         patch.setenv("DAGSTER_HOME", str(home / "dagster"))

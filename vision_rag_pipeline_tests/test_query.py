@@ -262,6 +262,17 @@ def test_one_statement_finds_what_the_separate_lookups_do(corpus: list[Chunk]) -
     ), "rows asked for by id pass the filters too"
 
 
+def test_a_process_whose_database_changes_searches_the_new_one(
+    survey: list[Chunk], fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store is kept per process and database: after the database in effect changes (another
+    home or `database.url`), a search reads the new one, its tables made there, not the old one's
+    rows."""
+    assert search("burrows per hectare", k=3, document_ids=[SURVEY_DOC])
+    monkeypatch.setenv("VISION_RAG_PG_URL", fresh_database)
+    assert search("burrows per hectare", k=3) == []
+
+
 def test_a_text_query_is_one_postgres_round_trip(survey: list[Chunk]) -> None:
     round_trips = bench_module("bench_query_scale").round_trips
     search("Quokka enclosure", k=3)  # the store opened and its schema checked

@@ -21,6 +21,7 @@ import numpy as np
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.config import EmbeddingConfig, RetrievalConfig
 from vision_rag_pipeline.core.periods import spelled
+from vision_rag_pipeline.core.postgres import database_url
 from vision_rag_pipeline.embeddings.encoder import (
     embedding_dimension,
     encode,
@@ -79,10 +80,16 @@ def query_vectors(texts: tuple[str, ...], model: str, precision: str) -> np.ndar
     return vectors
 
 
-@lru_cache(maxsize=4)
 def vector_store(model: str) -> PgVectorStore:
-    """Opening the store creates the schema and checks the embedding dimension, once per process."""
-    return PgVectorStore(embedding_dimension(model))
+    """The store of the index database in effect. Opening it creates the schema and checks the
+    embedding dimension, once per process and database: a process whose database changes (another
+    home or `database.url`) searches the new one with its schema made there."""
+    return _vector_store(model, database_url())
+
+
+@lru_cache(maxsize=4)
+def _vector_store(model: str, url: str) -> PgVectorStore:
+    return PgVectorStore(embedding_dimension(model), url)
 
 
 def indexed_embedding(store: PgVectorStore, embedding: EmbeddingConfig) -> EmbeddingConfig:
