@@ -206,7 +206,7 @@ def test_an_ingest_requests_tick_makes_a_bounded_number_of_runs_and_leaves_the_r
 
     taken = []
     for _ in range(4):
-        result = ingest_requests_sensor(_context(instance, None))
+        result = ingest_requests_sensor(_context(instance, measured(1.0)))
         taken.append([run.partition_key for run in result.run_requests])
 
     assert taken == [wanted[0:2], wanted[2:4], wanted[4:], []]
@@ -232,12 +232,21 @@ def test_where_loading_the_partition_keys_is_slow_a_tick_makes_one_range_run(ins
     monkeypatch.setattr(instance, "get_dynamic_partitions", slow)
     taken = []
     for _ in range(3):
-        result = ingest_requests_sensor(_context(instance, None))
+        result = ingest_requests_sensor(_context(instance, measured(1.0)))
         taken.append(
             [(r.tags[intake.RANGE_START_TAG], r.tags[intake.RANGE_END_TAG]) for r in result.run_requests]
         )
 
     assert taken == [[(ids[0], ids[1])], [(ids[3], ids[4])], []]
+
+
+def measured(run_creation_s: float) -> str:
+    """The cursor of an ingest_requests tick that measured the daemon's creation of its runs just now."""
+    import time
+
+    from vision_rag_pipeline.defs.intake import RequestsCursor
+
+    return RequestsCursor(returned_at=time.time(), run_creation_s=run_creation_s).model_dump_json()
 
 
 def test_where_the_storage_keeps_the_keys_a_slow_load_is_paid_once_a_tick():
@@ -246,8 +255,13 @@ def test_where_the_storage_keeps_the_keys_a_slow_load_is_paid_once_a_tick():
     from vision_rag_pipeline.defs.intake import Batch, affordable
 
     ranges = [Batch(job="reenrich", documents=[f"d{i}", f"d{i + 1}"]) for i in range(0, 40, 2)]
-    assert len(affordable(ranges, key_load_s=2.0, keys_kept=True)) == 4  # 2 s + 4 x 1 s of a 6 s budget
-    assert len(affordable(ranges, key_load_s=2.0, keys_kept=False)) == 1
+    kept = affordable(ranges, key_load_s=2.0, keys_kept=True, run_creation_s=1.0)
+    assert len(kept) == 4  # 2 s + 4 x 1 s of a 6 s budget
+    not_kept = affordable(ranges, key_load_s=2.0, keys_kept=False, run_creation_s=1.0)
+    assert [batch.documents for batch in not_kept] == [["d0"]], (
+        "not one range run fits (1 s + 12 key loads of 2 s): its first document alone, which loads no key"
+    )
+    assert affordable(ranges, key_load_s=2.0, keys_kept=True, run_creation_s=7.0) == [], "no run fits"
 
 
 def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_one_more(
@@ -295,6 +309,136 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
     assert intake.RequestsCursor.parse(result.cursor).run_creation_s == intake.RUN_CREATION_S, (
         "a measure from a daemon stopped an hour ago gives way to the default"
     )
+
+
+def add_runs(instance, result) -> None:  # noqa: ANN001
+    """Create the runs a tick requested, as the daemon does once the tick returned."""
+    import uuid
+
+    for request in result.run_requests:
+        tags = {**request.tags, "dagster/run_key": request.run_key}
+        if request.partition_key:
+            tags["dagster/partition"] = request.partition_key
+        instance.add_run(dg.DagsterRun(job_name=request.job_name, run_id=str(uuid.uuid4()), tags=tags))
+
+
+def finished_runs_hold(instance, document_ids: list[str]) -> dict[str, str]:
+    """Each document held by a run of its own that succeeded, its outcome not recorded yet (as when the
+    run ended after the last tick); {run id: document}."""
+    import uuid
+
+    runs = {}
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        for document_id in document_ids:
+            run_id = str(uuid.uuid4())
+            instance.add_run(
+                dg.DagsterRun(
+                    job_name="ingest_document",
+                    run_id=run_id,
+                    status=dg.DagsterRunStatus.SUCCESS,
+                    tags={"dagster/partition": document_id},
+                )
+            )
+            conn.execute(
+                "UPDATE documents SET state = 'running', run_id = %s WHERE document_id = %s",
+                (run_id, document_id),
+            )
+            runs[run_id] = document_id
+    return runs
+
+
+def test_a_first_tick_with_nothing_measured_makes_the_runs_a_slow_creation_fits_then_measures(
+    instance, catalog
+):
+    """A daemon's first tick has no measure of a run's creation (the first tick with runs took 12.3 s
+    at load 4 when it assumed 1 s a run): it assumes the slow end of what was measured, so it makes one
+    run of its 6 s, and the next tick, which measured the daemon's creation of that run, more."""
+    from vision_rag_pipeline.defs import intake
+
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(40)))
+    intake.request_documents(instance, ids[::2], "backfill")  # apart: a run each
+
+    first = ingest_requests_sensor(_context(instance, None))
+    add_runs(instance, first)  # quickly
+    second = ingest_requests_sensor(_context(instance, first.cursor))
+
+    assert len(first.run_requests) == 1, "4 s a run assumed in a 6 s budget"
+    assert len(second.run_requests) > 1
+
+
+def test_a_slow_reconcile_stops_at_its_budget_and_the_next_ticks_go_on_where_it_stopped(
+    instance, catalog, monkeypatch
+):
+    """The tick's own work counts in its time: the reconcile looks at runs until its share of the tick
+    is spent, and leaves the others to the next ticks, which start after the last it looked at. Every
+    run's outcome is recorded, each run read once, and the requests waiting get their runs meanwhile."""
+    import time
+
+    from vision_rag_pipeline.defs import intake
+
+    monkeypatch.setattr(intake, "RECONCILE_BUDGET_S", 0.5)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(14)))
+    runs = finished_runs_hold(instance, ids[:12])
+    intake.request_documents(instance, ids[12:], "backfill")
+    read = []
+    get_run = instance.get_run_by_id
+
+    def slow(run_id):  # noqa: ANN001, ANN202
+        time.sleep(0.3)  # Dagster's run storage, slow under load
+        read.append(run_id)
+        return get_run(run_id)
+
+    monkeypatch.setattr(instance, "get_run_by_id", slow)
+    cursor = measured(1.0)
+    ingested_after_each = []
+    made = []
+    for _ in range(8):
+        result = ingest_requests_sensor(_context(instance, cursor))
+        cursor = result.cursor
+        made += result.run_requests
+        ingested_after_each.append(len(fates("ingested")))
+
+    assert ingested_after_each[0] == 2, "0.3 s a run: two begun within 0.5 s"
+    assert ingested_after_each[:6] == [2, 4, 6, 8, 10, 12]
+    assert sorted(read) == sorted(runs), "each run read once"
+    assert made, "the requests waiting got their run meanwhile"
+
+
+def test_a_tick_whose_own_work_left_no_time_for_a_run_makes_none_and_the_next_makes_them_first(
+    instance, catalog, monkeypatch
+):
+    """Where the tick's own work (here a slow load of the partition keys to plan its batches) left less
+    time than a run's creation, it makes no run: its claims go back, in their place, and the next tick
+    gives its reconcile's time to the runs."""
+    import time
+
+    from vision_rag_pipeline.defs import intake
+
+    monkeypatch.setattr(intake, "TICK_BUDGET_S", 2.0)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(5)))
+    finished_runs_hold(instance, ids[4:])
+    intake.request_documents(instance, ids[0:3:2], "backfill")  # two runs
+    load = instance.get_dynamic_partitions
+
+    def slow(name):  # noqa: ANN001, ANN202
+        time.sleep(1.5)
+        return load(name)
+
+    monkeypatch.setattr(instance, "get_dynamic_partitions", slow)
+    starved = ingest_requests_sensor(_context(instance, measured(1.0)))
+
+    assert not starved.run_requests
+    assert "no run fits" in starved.skip_reason.skip_message
+    assert requested() == {ids[0], ids[2]}, "claims given back"
+    assert set(fates("ingested")) == set(ids[1:4:2] + ids[4:]), "the reconcile came first this tick"
+
+    monkeypatch.setattr(instance, "get_dynamic_partitions", load)
+    finished_runs_hold(instance, ids[1:2])
+    after = ingest_requests_sensor(_context(instance, starved.cursor))
+
+    [run] = after.run_requests  # 1 s a run in the 2 s of this tick
+    assert run.partition_key in (ids[0], ids[2])
+    assert ids[1] in fates("running"), "no reconcile in the tick after a starved one"
 
 
 def test_unchanged_and_touched_files_request_nothing(instance, inbox):

@@ -23,8 +23,9 @@ document's fate: ingested; failed with the one-line reason of the step that fail
 when the run was lost (its process killed: `abandon_run`) up to `MAX_ATTEMPTS`, or when a batch
 failed on another document (the document named by the `Failure` fails alone, the others run again;
 a batch failing without naming one is run again one document per run). `reconcile` does this for
-every unfinished document, and is the one recovery mechanism: the sensor calls it on every tick,
-the CLI and `serve` before they execute anything and while they wait.
+every unfinished document, and is the one recovery mechanism: the sensor calls it on every tick
+(for as long as the tick's budget gives it, going on the next tick from where it stopped), the CLI
+and `serve` before they execute anything and while they wait.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import dagster as dg
 from pydantic import BaseModel
 
 from vision_rag_pipeline.core.config import inbox_dir, max_batch_documents, sensor_interval_seconds
+from vision_rag_pipeline.core.deadline import Deadline
 from vision_rag_pipeline.core.sniff import why_not_a_document
 from vision_rag_pipeline.defs.io_manager import abandon_run
 from vision_rag_pipeline.defs.jobs import PER_DOCUMENT, ingest_document_job, reenrich_job
@@ -67,19 +69,27 @@ MAX_BATCH_DOCUMENTS = max_batch_documents(20)
 MAX_BATCH_BYTES = 64 * 2**20  # ... and so do its files' bytes
 MAX_ATTEMPTS = 3  # runs a document is given when its run is lost or fails for a reason not its own
 RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
-# What the daemon pays to create a tick's runs, which Dagster records as part of the tick: about 1 s a
-# run (100,000 partitions, 2 shared cores, load 8-15), 2-4 s under heavier contention, and for a run
-# over a partition range also one load of every partition key per asset and check of the job (its
-# planned events: 12 in ingest_document), 0.4-2.6 s each at 100,000 partitions (BENCHMARKS.md "Catalog
-# of 100,000 documents"). The local storage keeps the keys it loaded until a partition is added or
-# deleted (defs/local_storage.py): there the daemon loads them at most once a tick. A tick makes at
-# most MAX_RUNS_PER_TICK runs, and no more than its estimate fits RUN_CREATION_BUDGET_S (the first
-# always), so it stays within seconds however many documents wait and however large the catalog. The
-# estimate of a run's creation is what the daemon took for the previous tick's runs (from the tick's
-# return to the last run's submission, as Dagster records it; RUN_CREATION_S until a tick made runs).
+# A tick's time, which Dagster counts from the tick's start to the creation of its last run, is to stay
+# within 10 s whatever the load (#37). TICK_BUDGET_S of it are the sensor's, on a `Deadline` from the
+# tick's start: the reconcile (at most RECONCILE_BUDGET_S; the runs it did not look at are the next
+# tick's, from where it stopped), the claim, the plan, and the daemon's creation of the tick's runs
+# after the tick returned. The rest is Dagster's, around the call (0.2-0.6 s a tick).
+# What the daemon pays to create a run: about 1 s (100,000 partitions, 2 shared cores, load 8-15),
+# 2-4 s under heavier contention, and for a run over a partition range also one load of every
+# partition key per asset and check of the job (its planned events: 12 in ingest_document), 0.4-2.6 s
+# each at 100,000 partitions (BENCHMARKS.md "Catalog of 100,000 documents"). The local storage keeps
+# the keys it loaded until a partition is added or deleted (defs/local_storage.py): there the daemon
+# loads them at most once a tick. A tick makes at most MAX_RUNS_PER_TICK runs, and no more than its
+# estimate fits the time left (RUN_CREATION_BUDGET_S at most), none when not one does. The estimate of
+# a run's creation is what the daemon took for the previous tick's runs (from the tick's return to the
+# last run's submission, as Dagster records it); before anything is measured (a daemon's first tick,
+# a measure older than ESTIMATE_MAX_AGE_S) it is RUN_CREATION_S, the slow end of what was measured.
+TICK_BUDGET_S = 8.0
+RECONCILE_BUDGET_S = 3.0
+RUN_KEYS_A_QUERY = 500  # the reconcile reads the runs of this many run keys in one query
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
-RUN_CREATION_S = 1.0
+RUN_CREATION_S = 4.0
 MIN_RUN_CREATION_S = 0.1
 ESTIMATE_MAX_AGE_S = 600  # a measure older than this (a daemon stopped since) gives way to RUN_CREATION_S
 PLANNED_OUTPUTS = 12
@@ -282,12 +292,18 @@ def plan_batches(
 
 
 def affordable(
-    batches: Sequence[Batch], key_load_s: float, keys_kept: bool, run_creation_s: float = RUN_CREATION_S
+    batches: Sequence[Batch],
+    key_load_s: float,
+    keys_kept: bool,
+    run_creation_s: float = RUN_CREATION_S,
+    budget_s: float = RUN_CREATION_BUDGET_S,
 ) -> list[Batch]:
-    """The first batches whose runs the daemon can create within a tick's budget, given a run's
-    creation (`run_creation_s`) and what one load of every partition key took here: a range run's
-    creation makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it
-    loaded (`keys_kept`), once for the tick's runs. At least one, at most MAX_RUNS_PER_TICK."""
+    """The first batches whose runs the daemon can create within `budget_s`, given a run's creation
+    (`run_creation_s`) and what one load of every partition key took here: a range run's creation
+    makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it loaded
+    (`keys_kept`), once for the tick's runs. At most MAX_RUNS_PER_TICK; where not even the first
+    batch's run fits but a run of one partition would (no key load), its first document alone; none
+    where not one run fits."""
     kept: list[Batch] = []
     spent = 0.0
     for batch in batches:
@@ -295,20 +311,25 @@ def affordable(
         if len(batch.documents) > 1:
             loads = 0 if keys_kept and any(len(b.documents) > 1 for b in kept) else 1
             cost += (1 if keys_kept else PLANNED_OUTPUTS) * loads * key_load_s
-        if kept and (len(kept) >= MAX_RUNS_PER_TICK or spent + cost > RUN_CREATION_BUDGET_S):
+        if len(kept) >= MAX_RUNS_PER_TICK or spent + cost > budget_s:
             break
         kept.append(batch)
         spent += cost
+    if not kept and batches and run_creation_s <= budget_s:
+        return [Batch(job=batches[0].job, documents=batches[0].documents[:1])]
     return kept
 
 
 class RequestsCursor(BaseModel):
     """What an `ingest_requests` tick leaves the next: the runs it requested and when it returned them
-    to the daemon (a tick without runs passes on the last), and the estimate of a run's creation."""
+    to the daemon (a tick without runs passes on the last), the estimate of a run's creation, where
+    its reconcile stopped, and whether its time ran out before a run fitted."""
 
     returned_at: float = 0.0  # epoch seconds
     run_keys: list[str] = []
     run_creation_s: float = RUN_CREATION_S
+    reconcile_after: str | None = None  # the next reconcile starts after this run
+    starved: bool = False  # the next tick gives the reconcile's time to runs
 
     @classmethod
     def parse(cls, cursor: str | None) -> RequestsCursor:
@@ -440,10 +461,23 @@ def one_line(error: object) -> str:
     return first
 
 
-def reconcile(instance: dg.DagsterInstance, registry: DocumentRegistry | None = None) -> int:
+class Reconciled(NamedTuple):
+    taken: int  # runs taken over (their process gone)
+    resume_after: str | None  # the last run looked at when the deadline passed; None: all looked at
+
+
+def reconcile(
+    instance: dg.DagsterInstance,
+    registry: DocumentRegistry | None = None,
+    deadline: Deadline | None = None,
+    after: str | None = None,
+) -> Reconciled:
     """Bring every unfinished document's fate up to date with its run: record finished runs, take
     over runs whose process is gone (marked failed, slots freed, documents requested again) and
-    give back claims whose run never came. Returns how many runs it took over."""
+    give back claims whose run never came. One run (by id, or by run key while it is queued) at a
+    time, in the order of their names starting after `after`, each begun only before `deadline`:
+    the runs not looked at are the next call's, from where this one stopped, so each is looked at in
+    turn however many wait and none twice before all were."""
     taken = 0
     registry = registry or DocumentRegistry()
     now = dt.datetime.now(dt.UTC)
@@ -454,52 +488,84 @@ def reconcile(instance: dg.DagsterInstance, registry: DocumentRegistry | None = 
             running.setdefault(row.run_id, []).append(row)
         elif row.run_key:
             queued.setdefault(row.run_key, []).append(row)
-    for run_id, rows in running.items():
-        run = instance.get_run_by_id(run_id)
-        if run is None:
-            registry.finish(
-                [run_id], [r.document_id for r in rows], "requested", "its run was deleted", retry_in=0
-            )
+    names = sorted({*running, *queued})
+    order = [name for name in names if after is None or name > after]
+    order += [name for name in names if after is not None and name <= after]
+    sensor_keys = [key for key in order if key in queued and not key.startswith(f"{LOCAL_CLAIM} ")]
+    sensor_runs: dict[str, dg.DagsterRun] = {}
+    fetched = 0
+    for position, name in enumerate(order):
+        if deadline is not None and deadline.passed():
+            return Reconciled(taken, order[position - 1] if position else after)
+        if name in running:
+            taken += _reconcile_run(instance, registry, name, running[name], now)
             continue
-        if not run.is_finished and any(process_gone(r.owner, r.renewed_at, now) for r in rows):
-            abandon_run(instance, run, f"the process executing it ({rows[0].owner}) is gone")
-            run = instance.get_run_by_id(run_id) or run
-            taken += 1
-        if run.is_finished:
-            record_outcome(instance, registry, run)
-    sensor_runs = _runs_by_key(instance, [key for key in queued if not key.startswith(f"{LOCAL_CLAIM} ")])
-    for key, rows in queued.items():
+        rows = queued[name]
         age = max((now - r.updated_at).total_seconds() for r in rows)
-        if key.startswith(f"{LOCAL_CLAIM} "):
-            owner = " ".join(key.split(" ")[1:4])
-            gone = process_gone(owner, None, now) if _on_this_host(owner) else age > STALE_CLAIM_SECONDS
-            run = instance.get_run_by_id(key.rsplit(" ", 1)[-1])
-            if run is not None and run.is_finished:
-                record_outcome(instance, registry, run, claim=key)
-            elif gone:
-                if run is not None:
-                    abandon_run(instance, run, f"the process that claimed it ({owner}) is gone")
-                    record_outcome(instance, registry, instance.get_run_by_id(run.run_id) or run, claim=key)
-                    taken += 1
-                else:
-                    registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
+        if name.startswith(f"{LOCAL_CLAIM} "):
+            taken += _reconcile_claim(instance, registry, name, rows, age, now)
             continue
-        run = sensor_runs.get(key)
+        if name not in sensor_runs and fetched < len(sensor_keys):  # the next keys' runs, in one query
+            sensor_runs |= _runs_by_key(instance, sensor_keys[fetched : fetched + RUN_KEYS_A_QUERY])
+            fetched += RUN_KEYS_A_QUERY
+        run = sensor_runs.get(name)
         if run is not None and run.is_finished:
             record_outcome(instance, registry, run)
         elif run is None and age > STALE_CLAIM_SECONDS:
-            registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
+            registry.finish([name], [r.document_id for r in rows], "requested", None, retry_in=0)
+    return Reconciled(taken, None)
+
+
+def _reconcile_run(
+    instance: dg.DagsterInstance, registry: DocumentRegistry, run_id: str, rows: list, now: dt.datetime
+) -> int:
+    """A run holding documents: recorded once finished, taken over when its process is gone."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        registry.finish(
+            [run_id], [r.document_id for r in rows], "requested", "its run was deleted", retry_in=0
+        )
+        return 0
+    taken = 0
+    if not run.is_finished and any(process_gone(r.owner, r.renewed_at, now) for r in rows):
+        abandon_run(instance, run, f"the process executing it ({rows[0].owner}) is gone")
+        run = instance.get_run_by_id(run_id) or run
+        taken = 1
+    if run.is_finished:
+        record_outcome(instance, registry, run)
     return taken
 
 
-def _runs_by_key(
-    instance: dg.DagsterInstance, keys: Sequence[str], chunk: int = 500
-) -> dict[str, dg.DagsterRun]:
-    """The latest run of each of these run keys, in one query per `chunk` keys rather than one each."""
+def _reconcile_claim(
+    instance: dg.DagsterInstance,
+    registry: DocumentRegistry,
+    key: str,
+    rows: list,
+    age: float,
+    now: dt.datetime,
+) -> int:
+    """A batch a process claimed to execute itself: recorded once its run finished, given back (its
+    run taken over) when the process is gone."""
+    owner = " ".join(key.split(" ")[1:4])
+    gone = process_gone(owner, None, now) if _on_this_host(owner) else age > STALE_CLAIM_SECONDS
+    run = instance.get_run_by_id(key.rsplit(" ", 1)[-1])
+    if run is not None and run.is_finished:
+        record_outcome(instance, registry, run, claim=key)
+    elif gone:
+        if run is None:
+            registry.finish([key], [r.document_id for r in rows], "requested", None, retry_in=0)
+            return 0
+        abandon_run(instance, run, f"the process that claimed it ({owner}) is gone")
+        record_outcome(instance, registry, instance.get_run_by_id(run.run_id) or run, claim=key)
+        return 1
+    return 0
+
+
+def _runs_by_key(instance: dg.DagsterInstance, keys: Sequence[str]) -> dict[str, dg.DagsterRun]:
+    """The latest run of each of these run keys, in one query rather than one each."""
     latest: dict[str, dg.DagsterRun] = {}
-    for first in range(0, len(keys), chunk):
-        for run in instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: list(keys[first : first + chunk])})):
-            latest.setdefault(run.tags[RUN_KEY_TAG], run)  # newest first
+    for run in instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: list(keys)})):
+        latest.setdefault(run.tags[RUN_KEY_TAG], run)  # newest first
     return latest
 
 
@@ -552,26 +618,45 @@ def wait_for_documents(
     "finished runs made of their documents and requests again those whose run was lost.",
 )
 def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase) -> dg.SensorResult:
+    deadline = Deadline(TICK_BUDGET_S)
     registry = index_db.registry()
-    reconcile(context.instance, registry)
     last = RequestsCursor.parse(context.cursor)
+    # after a tick whose time ran out before any run, runs go first: this reconcile waits a tick
+    reconciled = reconcile(
+        context.instance,
+        registry,
+        deadline.within(0 if last.starved else RECONCILE_BUDGET_S),
+        last.reconcile_after,
+    )
     run_creation_s = run_creation_estimate(context.instance, last)
+    carried = RequestsCursor(
+        returned_at=last.returned_at, run_creation_s=run_creation_s, reconcile_after=reconciled.resume_after
+    )
+    fits = min(MAX_RUNS_PER_TICK, int(min(RUN_CREATION_BUDGET_S, deadline.left()) // run_creation_s))
+    if fits < 1:
+        return _out_of_time(deadline, run_creation_s, carried)
     claimer = f"sensor {uuid.uuid4().hex}"
-    claimed = registry.claim(claimer, limit=MAX_CLAIMED_PER_TICK)
+    claimed = registry.claim(claimer, limit=fits * MAX_BATCH_DOCUMENTS)
     if not claimed:
         return dg.SensorResult(
-            skip_reason=dg.SkipReason("no document is waiting for a run"),
-            cursor=RequestsCursor(
-                returned_at=last.returned_at, run_creation_s=run_creation_s
-            ).model_dump_json(),
+            skip_reason=dg.SkipReason("no document is waiting for a run"), cursor=carried.model_dump_json()
         )
     started = time.monotonic()
     batches = plan_batches(context.instance, claimed)  # loads every partition key once
     keys_kept = isinstance(context.instance.event_log_storage, LocalEventLogStorage)
-    kept = affordable(batches, time.monotonic() - started, keys_kept, run_creation_s)
-    if len(kept) < len(batches):  # the rest wait, in their place, for the next tick
-        registry.release(claimer, [key for batch in batches[len(kept) :] for key in batch.documents])
-    batches = kept
+    batches = affordable(
+        batches,
+        time.monotonic() - started,
+        keys_kept,
+        run_creation_s,
+        min(RUN_CREATION_BUDGET_S, deadline.left()),
+    )
+    running = {document for batch in batches for document in batch.documents}
+    rest = [c.document_id for c in claimed if c.document_id not in running]
+    if rest:  # they wait, in their place, for the next tick
+        registry.release(claimer, rest)
+    if not batches:
+        return _out_of_time(deadline, run_creation_s, carried)
     keys: dict[str, str] = {}
     requests = []
     for batch in batches:
@@ -583,12 +668,21 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
             requests.append(dg.RunRequest(job_name=batch.job, run_key=key, tags=batch.tags()))
     registry.name_run(keys, claimer)
     context.log.info(
-        f"{sum(len(batch.documents) for batch in batches)} documents in {len(batches)} runs"
-        f" (a run's creation estimated at {run_creation_s:.1f} s)"
+        f"{len(running)} documents in {len(batches)} runs (a run's creation estimated at"
+        f" {run_creation_s:.1f} s; {deadline.elapsed():.1f} s of the tick's {TICK_BUDGET_S:.0f} spent before it)"
     )
-    cursor = RequestsCursor(
-        returned_at=time.time(),
-        run_keys=[r.run_key for r in requests if r.run_key],
-        run_creation_s=run_creation_s,
+    cursor = carried.model_copy(
+        update={"returned_at": time.time(), "run_keys": [r.run_key for r in requests if r.run_key]}
     )
     return dg.SensorResult(run_requests=requests, cursor=cursor.model_dump_json())
+
+
+def _out_of_time(deadline: Deadline, run_creation_s: float, carried: RequestsCursor) -> dg.SensorResult:
+    """A tick whose time left fits no run's creation: the requests wait, the next tick runs them first."""
+    return dg.SensorResult(
+        skip_reason=dg.SkipReason(
+            f"no run fits the {deadline.left():.1f} s left of this tick's {TICK_BUDGET_S:.0f} s (a run's creation"
+            f" estimated at {run_creation_s:.1f} s): the requested documents wait for the next tick"
+        ),
+        cursor=carried.model_copy(update={"starved": True}).model_dump_json(),
+    )

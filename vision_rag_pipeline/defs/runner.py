@@ -275,7 +275,8 @@ def ingest_paths(
 
     started = time.perf_counter()
     instance = dagster_instance()
-    taken = reconcile(instance)  # before its files are requested again: a killed ingest's runs end first
+    # before its files are requested again: a killed ingest's runs end first
+    taken = reconcile(instance).taken
     if taken:
         progress(f"marked {taken} run(s) of killed vision-rag processes failed and freed their slots")
     arrivals = request_files(instance, paths, door, defs.resolve_asset_graph(), force=force)
