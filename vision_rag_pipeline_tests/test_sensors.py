@@ -876,6 +876,42 @@ def test_a_tick_reads_only_the_materializations_recorded_since_the_last(instance
     assert rerun_requests() == {b: "reenrich"} and len(read) == 1
 
 
+def test_a_tick_slow_to_read_stops_at_its_budget_and_the_next_goes_on_from_the_asset_it_stopped_at(
+    instance, catalog, monkeypatch
+):
+    """The tick's time counts from its start: where Dagster's event log answers slowly, a tick reads
+    materializations only while its time lasts and the next ticks go on from the asset it stopped at,
+    each asset's new materializations read once, and the comparison comes once all are read."""
+    import time
+
+    from vision_rag_pipeline.defs import version_sensor as module
+
+    monkeypatch.setattr(module, "TICK_BUDGET_S", 1.0)
+    a, b = compared_once(instance, catalog)
+    record(instance, "chunk_embeddings", b, "old-model")
+    fetched: list[list[str]] = []
+    fetch = instance.fetch_materializations
+
+    def slow(records_filter, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        time.sleep(0.3)  # the event log under load
+        fetched[-1].append(records_filter.asset_key.to_user_string())
+        return fetch(records_filter, *args, **kwargs)
+
+    monkeypatch.setattr(instance, "fetch_materializations", slow)
+    said = []
+    while not said or said[-1].startswith("reading") and len(said) < 5:  # until the tick that compared
+        fetched.append([])
+        said.append(version_tick(instance).skip_reason.skip_message)
+
+    assert all(len(tick) <= 4 for tick in fetched), "begun at 0, 0.3, 0.6, 0.9 s of a 1 s tick"
+    read = [asset for tick in fetched for asset in tick]
+    from vision_rag_pipeline.defs.versions import code_versions
+
+    assert sorted(read) == sorted(code_versions()), "each asset read once, then the comparison"
+    assert len(said) > 1 and "next tick goes on from there" in said[0]
+    assert "re-runs of 1 requested now" in said[-1] and rerun_requests() == {b: "reenrich"}
+
+
 def test_a_partition_that_materializes_an_old_version_again_is_asked_again(instance, catalog):
     [a] = register(instance, catalog, "a")
     materialize_all(instance, a, {"image_enrichments": "old-prompt"})

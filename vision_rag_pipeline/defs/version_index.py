@@ -6,7 +6,7 @@ Reading Dagster's record of the latest materialization per partition costs a who
 partition (deserialized for one tag): ~1 ms each, 45-56 s a tick at 10,000 documents and Dagster's
 60 s timeout at 100,000 (BENCHMARKS.md "Catalog of 100,000 documents"). Here each materialization is
 read once, when it is new (`fetch_materializations` after the last storage id read, in batches within
-a time budget), and its partition's row replaced; the rows of one Dagster instance form a catalog,
+a tick's time), and its partition's row replaced; the rows of one Dagster instance form a catalog,
 named in the sensor's cursor (a new cursor, a new instance or a reset sensor builds a new one from the
 event log). A row also says which version a re-run was last requested for, so a partition is
 requested once per stale state, and again after a new materialization recorded another old version.
@@ -14,13 +14,13 @@ requested once per stale state, and again after a new materialization recorded a
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import dagster as dg
 
+from vision_rag_pipeline.core.deadline import Deadline
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 
 _SCHEMA = """
@@ -53,43 +53,49 @@ def new_catalog(url: str | None = None) -> str:
     return catalog
 
 
+class Read(NamedTuple):
+    after: dict[str, int]  # {asset: the last storage id read}
+    unread: list[str]  # the assets not read to the end when the deadline passed, in turn; [] all were
+
+
 def read_new_materializations(
     instance: dg.DagsterInstance,
     catalog: str,
     after: Mapping[str, int],
-    budget_s: float,
+    deadline: Deadline,
+    to_read: Sequence[str] | None = None,
     url: str | None = None,
-) -> tuple[dict[str, int], bool]:
-    """Record the materializations of the assets in `after` ({asset: last storage id read}) made since;
-    returns the new `after` and whether every asset was read to the end within `budget_s`."""
+) -> Read:
+    """Record the materializations made since of the assets in `after` ({asset: last storage id read};
+    `to_read`: only those, the ones a read that stopped at its deadline left), a batch at a time, each
+    batch begun only before `deadline`. A read that takes several ticks goes on with the assets left,
+    from the one it stopped at, and is complete once each was read to the end once."""
     ensure_schema(_SCHEMA, url)
-    deadline = time.monotonic() + budget_s
     after = dict(after)
-    complete = True
-    for asset in after:
-        while True:
-            if time.monotonic() > deadline:
-                complete = False
-                break
-            records = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), after_storage_id=after[asset] or None),
-                limit=BATCH,
-                ascending=True,
-            ).records
-            latest: dict[str, tuple[int, str | None]] = {}
-            for record in records:
-                materialization = record.asset_materialization
-                if materialization is not None and materialization.partition is not None:
-                    tags = materialization.tags or {}
-                    latest[materialization.partition] = (record.storage_id, tags.get(CODE_VERSION_TAG))
-            _upsert(catalog, asset, latest, url)
-            if records:
-                after[asset] = records[-1].storage_id
-            if len(records) < BATCH:
-                break
+    unread = [asset for asset in (to_read or after) if asset in after]
+    while unread:
+        asset = unread[0]
+        if deadline.passed():
+            break
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), after_storage_id=after[asset] or None),
+            limit=BATCH,
+            ascending=True,
+        ).records
+        latest: dict[str, tuple[int, str | None]] = {}
+        for record in records:
+            materialization = record.asset_materialization
+            if materialization is not None and materialization.partition is not None:
+                tags = materialization.tags or {}
+                latest[materialization.partition] = (record.storage_id, tags.get(CODE_VERSION_TAG))
+        _upsert(catalog, asset, latest, url)
+        if records:
+            after[asset] = records[-1].storage_id
+        if len(records) < BATCH:
+            unread.pop(0)
     with connect(url) as conn:
         conn.execute("UPDATE version_catalogs SET touched_at = now() WHERE catalog = %s", (catalog,))
-    return after, complete
+    return Read(after, unread)
 
 
 def _upsert(catalog: str, asset: str, latest: Mapping[str, tuple[int, str | None]], url: str | None) -> None:

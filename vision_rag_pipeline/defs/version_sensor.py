@@ -30,12 +30,14 @@ requested through the registry get the same batches, fates and recovery as every
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
 import dagster as dg
 
 from vision_rag_pipeline.core.config import config_in_effect, sensor_interval_seconds
 from vision_rag_pipeline.core.config_in_use import last_config_used, say_once_if_different
+from vision_rag_pipeline.core.deadline import Deadline
 from vision_rag_pipeline.defs.intake import request_documents
 from vision_rag_pipeline.defs.jobs import ingest_document_job, reenrich_job
 from vision_rag_pipeline.defs.version_index import (
@@ -49,7 +51,14 @@ from vision_rag_pipeline.defs.version_index import (
 from vision_rag_pipeline.defs.versions import code_versions
 from vision_rag_pipeline.documents.registry import DocumentRegistry
 
-READ_BUDGET_S = 3.0  # of a tick, for reading new materializations; the rest waits for the next tick
+# A tick stays within TICK_BUDGET_S of its start (a `Deadline`; 10 s a tick is the target, the rest is
+# Dagster's around the call): reading new materializations takes at most READ_BUDGET_S of it, a batch
+# at a time, the rest read by the next ticks from where it stopped; the comparison runs only where
+# the time left holds what the last one took, else at the start of the next tick; the re-runs are
+# requested REQUEST_CHUNK at a time while time is left, the others by the next ticks.
+TICK_BUDGET_S = 8.0
+READ_BUDGET_S = 3.0
+REQUEST_CHUNK = 1000
 # Requested a tick at most: the registry's update of 100,000 documents took 12.6 s on 2 shared cores,
 # 5,000 take well under a second, and 5,000 a minute stay ahead of the runs ingest_requests starts
 # (BENCHMARKS.md "Catalog of 100,000 documents").
@@ -71,6 +80,7 @@ WHOLE_INGEST_FROM = {"raw_documents", "extracted_images", "image_verdicts"}
     "the file it waits for the next load.",
 )
 def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    deadline = Deadline(TICK_BUDGET_S)
     in_effect = config_in_effect()
     on_disk = in_effect.file_now()
     if on_disk.sha256 != in_effect.sha256:
@@ -92,16 +102,20 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     cursor = json.loads(context.cursor) if context.cursor else {}
     catalog = cursor.get("catalog") or new_catalog()
     read = cursor.get("after", {})
-    after, complete = read_new_materializations(
-        context.instance, catalog, {asset: read.get(asset, 0) for asset in current}, READ_BUDGET_S
+    after, unread = read_new_materializations(
+        context.instance,
+        catalog,
+        {asset: read.get(asset, 0) for asset in current},
+        deadline.within(READ_BUDGET_S),
+        cursor.get("reading"),
     )
-    state = {"catalog": catalog, "after": after}
-    if not complete:
-        context.update_cursor(json.dumps(state))
+    state: dict = {"catalog": catalog, "after": after, "compare_s": cursor.get("compare_s", 0.0)}
+    if unread:
+        context.update_cursor(json.dumps(state | {"reading": unread}))
         return dg.SensorResult(
             skip_reason=dg.SkipReason(
                 f"reading the materializations recorded since the last tick (up to storage ids {after}); the "
-                "next tick goes on from there before comparing versions"
+                f"next tick goes on from there ({', '.join(unread)} left) before comparing versions"
             )
         )
     settled = cursor.get("settled")
@@ -111,8 +125,21 @@ def version_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         return dg.SensorResult(
             skip_reason=dg.SkipReason(settled["message"] + " (no new materialization since)")
         )
+    if deadline.left() < state["compare_s"]:
+        context.update_cursor(json.dumps(state))
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"the materializations recorded are read; the comparison (it took {state['compare_s']:.1f} s) "
+                f"does not fit the {max(0.0, deadline.left()):.1f} s left of this tick: the next tick compares"
+            )
+        )
+    started = time.monotonic()
     by_partition, counts = stale(catalog, current)
-    requested, waiting, left, gone = _request_reruns(context.instance, catalog, current, by_partition)
+    due = DocumentRegistry().registered_in_order(by_partition) if by_partition else []
+    state["compare_s"] = time.monotonic() - started
+    requested, waiting, left, gone = _request_reruns(
+        context.instance, catalog, current, by_partition, due, deadline
+    )
     changes = _changes(by_partition, requested, current)
     message = _summary(in_effect.describe(), counts, len(requested), changes, waiting, left)
     if not (waiting or left or gone):  # what later ticks say while nothing changes: all requested before
@@ -159,29 +186,41 @@ def _changes(by_partition: dict[str, list[str]], requested: list[str], current: 
 
 
 def _request_reruns(
-    instance: dg.DagsterInstance, catalog: str, current: dict[str, str], by_partition: dict[str, list[str]]
+    instance: dg.DagsterInstance,
+    catalog: str,
+    current: dict[str, str],
+    by_partition: dict[str, list[str]],
+    due: list[str],
+    deadline: Deadline,
 ) -> tuple[list[str], int, int, int]:
-    """Request the first `REQUESTS_PER_TICK` stale partitions' re-runs through the one way in, in
-    partition order (so they run as batches of consecutive partitions): the whole ingest where the
-    loader or the classifier is stale, else the re-enrichment. Returns the partitions requested, how
-    many were left to a run already requested or under way (compared again once it materialized), how
-    many wait for the next ticks, and how many were forgotten: partitions whose document is no longer
-    registered (removed)."""
+    """Request the first `REQUESTS_PER_TICK` stale partitions' re-runs (`due`: those registered, in
+    partition order, so they run as batches of consecutive partitions) through the one way in,
+    REQUEST_CHUNK at a time while the tick has time: the whole ingest where the loader or the
+    classifier is stale, else the re-enrichment. Returns the partitions requested, how many were left
+    to a run already requested or under way (compared again once it materialized), how many wait for
+    the next ticks, and how many were forgotten: partitions whose document is no longer registered
+    (removed)."""
     if not by_partition:
         return [], 0, 0, 0
-    due = DocumentRegistry().registered_in_order(by_partition)
     gone = set(by_partition) - set(due)
     if gone:
         forget_partitions(catalog, gone)
-    jobs: dict[str, list[str]] = {}
-    for partition in due[:REQUESTS_PER_TICK]:
-        whole = WHOLE_INGEST_FROM & set(by_partition[partition])
-        jobs.setdefault(ingest_document_job.name if whole else reenrich_job.name, []).append(partition)
-    requested = [
-        partition
-        for job, partitions in jobs.items()
-        for partition in request_documents(instance, partitions, "versions", job, unless_under_way=True)
-    ]
-    mark_requested(catalog, current, requested)
-    taken = min(len(due), REQUESTS_PER_TICK)
+    requested: list[str] = []
+    taken = 0
+    for first in range(0, min(len(due), REQUESTS_PER_TICK), REQUEST_CHUNK):
+        if first and deadline.passed():
+            break
+        chunk = due[first : min(first + REQUEST_CHUNK, REQUESTS_PER_TICK)]
+        jobs: dict[str, list[str]] = {}
+        for partition in chunk:
+            whole = WHOLE_INGEST_FROM & set(by_partition[partition])
+            jobs.setdefault(ingest_document_job.name if whole else reenrich_job.name, []).append(partition)
+        done = [
+            partition
+            for job, partitions in jobs.items()
+            for partition in request_documents(instance, partitions, "versions", job, unless_under_way=True)
+        ]
+        mark_requested(catalog, current, done)
+        requested += done
+        taken += len(chunk)
     return requested, taken - len(requested), len(due) - taken, len(gone)
