@@ -226,7 +226,7 @@ def test_where_loading_the_partition_keys_is_slow_a_tick_makes_one_range_run(ins
     load = instance.get_dynamic_partitions
 
     def slow(name):  # noqa: ANN001, ANN202
-        time.sleep(0.4)  # x 12 planned outputs: one range run is the whole budget
+        time.sleep(0.3)  # x 12 planned outputs + 1 s: one range run fits the 6 s budget, two do not
         return load(name)
 
     monkeypatch.setattr(instance, "get_dynamic_partitions", slow)
@@ -628,6 +628,64 @@ def test_a_deleted_file_loses_its_partition_and_its_rows_in_both_indexes(instanc
     assert run.success
     assert store.count(document_id) == 0 and lexical.count(document_id) == 0
     assert document_id not in {doc.document_id for doc in DocumentRegistry().all()}
+
+
+def test_a_listing_slower_than_a_tick_goes_on_next_tick_and_deletes_only_what_it_listed(
+    instance, inbox, monkeypatch
+):
+    """The tick's time counts from its start: where listing the inbox is slow (a file system under
+    load), a tick lists only while its share lasts and the next goes on from where it stopped. A known
+    file is taken as deleted only by the tick that listed its directory (or, at the end of a pass,
+    found it gone): a file no tick listed yet is not deleted, and none is requested again."""
+    import time
+
+    from vision_rag_pipeline.defs import inbox as module
+
+    for folder in "abc":
+        (inbox / folder).mkdir()
+        for number in range(2):
+            (inbox / folder / f"{number}.pdf").write_bytes(
+                PDF.read_bytes() + f"\n% {folder}{number}\n".encode()
+            )
+    (inbox / "d").mkdir()
+    (inbox / "d" / "0.pdf").write_bytes(PDF.read_bytes() + b"\n% d0\n")
+    tick(instance)
+    assert len(known_files(inbox)) == 7
+    for folder in "abc":
+        (inbox / folder / "1.pdf").unlink()
+    shutil.rmtree(inbox / "d")  # a whole folder gone: found at the end of the pass
+    monkeypatch.setattr(module, "SCAN_BUDGET_S", 0.5)
+    scandir = os.scandir
+
+    def slow(path):  # noqa: ANN001, ANN202
+        time.sleep(0.3)  # one directory's listing on a file system under load
+        return scandir(path)
+
+    monkeypatch.setattr(inbox_module.os, "scandir", slow)
+    removed: list[list[str]] = []
+    said = []
+    for _ in range(6):
+        result = tick(instance)
+        removed.append(
+            sorted(
+                Path(
+                    DocumentRegistry()
+                    .get(r.run_config["ops"]["remove_document_rows"]["config"]["document_id"])
+                    .source_path
+                ).parent.name
+                for r in requests(result)
+            )
+        )
+        said.append(result.skip_message if isinstance(result, dg.SkipReason) else "")
+
+    # 0.3 s a listing in 0.5 s: the top and one folder the first tick, then a folder a tick, the last
+    # ending the pass, which finds the folder d gone
+    assert removed[:4] == [[], ["c"], ["b"], ["a", "d"]], "each deletion found by the tick that listed it"
+    assert removed[4:] == [[], []], "a new pass: nothing deleted twice"
+    assert "the next tick goes on from there" in said[0]
+    with psycopg.connect(os.environ["VISION_RAG_PG_URL"]) as conn:
+        [(requests_made,)] = conn.execute("SELECT count(DISTINCT request) FROM documents").fetchall()
+    assert requests_made == 1, "the files left were requested by the first tick, none again"
 
 
 def test_links_out_of_the_inbox_are_skipped_and_never_touch_the_linked_document(instance, inbox, tmp_path):
