@@ -258,8 +258,8 @@ def test_where_the_storage_keeps_the_keys_a_slow_load_is_paid_once_a_tick():
     kept = affordable(ranges, key_load_s=2.0, keys_kept=True, run_creation_s=1.0)
     assert len(kept) == 4  # 2 s + 4 x 1 s of a 6 s budget
     not_kept = affordable(ranges, key_load_s=2.0, keys_kept=False, run_creation_s=1.0)
-    assert [batch.documents for batch in not_kept] == [["d0"]], (
-        "not one range run fits (1 s + 12 key loads of 2 s): its first document alone, which loads no key"
+    assert [batch.documents for batch in not_kept] == [[f"d{i}"] for i in range(6)], (
+        "not one range run fits (1 s + 12 key loads of 2 s): runs of one document, which load no key"
     )
     assert affordable(ranges, key_load_s=2.0, keys_kept=True, run_creation_s=7.0) == [], "no run fits"
 

@@ -302,8 +302,8 @@ def affordable(
     (`run_creation_s`) and what one load of every partition key took here: a range run's creation
     makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it loaded
     (`keys_kept`), once for the tick's runs. At most MAX_RUNS_PER_TICK; where not even the first
-    batch's run fits but a run of one partition would (no key load), its first document alone; none
-    where not one run fits."""
+    batch's run fits, runs of one document each (no key load), as many as fit; none where not one run
+    fits."""
     kept: list[Batch] = []
     spent = 0.0
     for batch in batches:
@@ -315,9 +315,10 @@ def affordable(
             break
         kept.append(batch)
         spent += cost
-    if not kept and batches and run_creation_s <= budget_s:
-        return [Batch(job=batches[0].job, documents=batches[0].documents[:1])]
-    return kept
+    if kept or all(len(batch.documents) == 1 for batch in batches):
+        return kept
+    alone = [Batch(job=batch.job, documents=[document]) for batch in batches for document in batch.documents]
+    return affordable(alone, key_load_s, keys_kept, run_creation_s, budget_s)
 
 
 class RequestsCursor(BaseModel):
