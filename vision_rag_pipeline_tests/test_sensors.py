@@ -300,8 +300,8 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
     after_fast = ingest_requests_sensor(_context(instance, after_slow.cursor))
 
     assert len(first.run_requests) == 6, "0.15 s a run in a 1 s budget"
-    assert len(after_slow.run_requests) == 1, "0.6 s a run, as the runs were created: one fits"
-    assert intake.RequestsCursor.parse(after_slow.cursor).run_creation_s >= 0.6
+    assert len(after_slow.run_requests) == 1, "0.6 s a run as the runs were created, 0.9 s with the margin"
+    assert intake.RequestsCursor.parse(after_slow.cursor).run_creation_s >= 0.6 * intake.ESTIMATE_MARGIN
     assert len(after_fast.run_requests) >= 6, "more again once the runs are created quickly"
 
     long_ago = intake.RequestsCursor(returned_at=time.time() - 3600, run_creation_s=0.15).model_dump_json()
