@@ -246,7 +246,9 @@ def measured(run_creation_s: float) -> str:
 
     from vision_rag_pipeline.defs.intake import RequestsCursor
 
-    return RequestsCursor(returned_at=time.time(), run_creation_s=run_creation_s).model_dump_json()
+    return RequestsCursor(
+        returned_at=time.time(), run_creation_s=run_creation_s, range_run_s=run_creation_s
+    ).model_dump_json()
 
 
 def test_where_the_storage_keeps_the_keys_a_slow_load_is_paid_once_a_tick():
@@ -309,6 +311,30 @@ def test_a_slow_run_creation_makes_the_next_tick_request_fewer_runs_and_a_fast_o
     assert intake.RequestsCursor.parse(result.cursor).run_creation_s == intake.RUN_CREATION_S, (
         "a measure from a daemon stopped an hour ago gives way to the default"
     )
+
+
+def test_a_one_document_run_created_quickly_does_not_make_a_run_over_a_range_look_cheap(instance, catalog):
+    """A run over a range writes its planned events for each of its documents (2-3 s for 20 at load 4
+    where a run of one took 0.3 s): after a tick whose one-document run was created quickly, the
+    next tick, with ranges to run, still estimates a range run's creation as unmeasured (4 s), so it
+    makes one, not six at the one-document pace; the one after measured it."""
+    from vision_rag_pipeline.defs import intake
+
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(41)))
+    intake.request_documents(instance, ids[:1], "backfill")
+    single = ingest_requests_sensor(_context(instance, None))
+    add_runs(instance, single)  # quickly
+    intake.request_documents(instance, ids[1:41], "backfill")  # two ranges of 20
+
+    ranges = ingest_requests_sensor(_context(instance, single.cursor))
+
+    assert [len(r.tags) for r in single.run_requests] == [0], "one document, one partition"
+    assert intake.RequestsCursor.parse(ranges.cursor).run_creation_s < 1.0, "the one-document run measured"
+    assert len(ranges.run_requests) == 1, "a range run's creation not measured yet: 4 s of the 6"
+    add_runs(instance, ranges)
+    after = ingest_requests_sensor(_context(instance, ranges.cursor))
+    assert intake.RequestsCursor.parse(after.cursor).range_run_s < 1.0, "the range run measured"
+    assert len(after.run_requests) == 1, "the other range"
 
 
 def add_runs(instance, result) -> None:  # noqa: ANN001

@@ -84,6 +84,9 @@ RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # a run's creation is what the daemon took for the previous tick's runs (from the tick's return to the
 # last run's submission, as Dagster records it); before anything is measured (a daemon's first tick,
 # a measure older than ESTIMATE_MAX_AGE_S) it is RUN_CREATION_S, the slow end of what was measured.
+# A run over a range writes its planned events for each of its documents: 2-3 s for 20 at load 4,
+# where a run of one took 0.3 s, so the two are measured and estimated apart (a tick whose runs mix
+# them measures the range's).
 # A measure is taken ESTIMATE_MARGIN times over: a run's creation moved by up to half from one tick
 # to the next at load 2-4 (0.6-1.4 s on a Postgres-backed instance at 100,000 partitions, where ticks
 # planned on the bare measure took up to 11 s).
@@ -301,9 +304,11 @@ def affordable(
     keys_kept: bool,
     run_creation_s: float = RUN_CREATION_S,
     budget_s: float = RUN_CREATION_BUDGET_S,
+    range_run_s: float | None = None,
 ) -> list[Batch]:
     """The first batches whose runs the daemon can create within `budget_s`, given a run's creation
-    (`run_creation_s`) and what one load of every partition key took here: a range run's creation
+    (`run_creation_s`; `range_run_s` for a run over a range, the same when None) and what one load
+    of every partition key took here: a range run's creation
     makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it loaded
     (`keys_kept`), once for the tick's runs. At most MAX_RUNS_PER_TICK; where not even the first
     batch's run fits, runs of one document each (no key load), as many as fit; none where not one run
@@ -313,6 +318,7 @@ def affordable(
     for batch in batches:
         cost = run_creation_s
         if len(batch.documents) > 1:
+            cost = run_creation_s if range_run_s is None else range_run_s
             loads = 0 if keys_kept and any(len(b.documents) > 1 for b in kept) else 1
             cost += (1 if keys_kept else PLANNED_OUTPUTS) * loads * key_load_s
         if len(kept) >= MAX_RUNS_PER_TICK or spent + cost > budget_s:
@@ -322,7 +328,7 @@ def affordable(
     if kept or all(len(batch.documents) == 1 for batch in batches):
         return kept
     alone = [Batch(job=batch.job, documents=[document]) for batch in batches for document in batch.documents]
-    return affordable(alone, key_load_s, keys_kept, run_creation_s, budget_s)
+    return affordable(alone, key_load_s, keys_kept, run_creation_s, budget_s, range_run_s)
 
 
 class RequestsCursor(BaseModel):
@@ -332,7 +338,9 @@ class RequestsCursor(BaseModel):
 
     returned_at: float = 0.0  # epoch seconds
     run_keys: list[str] = []
-    run_creation_s: float = RUN_CREATION_S
+    run_creation_s: float = RUN_CREATION_S  # a run of one document
+    range_run_s: float = RUN_CREATION_S  # a run over a range of documents
+    ranges: bool = False  # the runs it requested included one over a range
     reconcile_after: str | None = None  # the next reconcile starts after this run
     starved: bool = False  # the next tick gives the reconcile's time to runs
 
@@ -344,27 +352,28 @@ class RequestsCursor(BaseModel):
             return cls()
 
 
-def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> float:
-    """A run's creation as the daemon did it for the previous tick's runs (ESTIMATE_MARGIN times over):
-    from that tick's return to the end of its newest run's creation, per run; the last estimate when
-    that tick made no run or
-    none was created. The daemon creates a tick's runs one after the other, each in turn: its run
-    record, its planned events (most of the time), its submission to the queue (`RUN_ENQUEUED`, or
-    the record's own time where runs are not queued). RUN_CREATION_S where the last runs are older
-    than ESTIMATE_MAX_AGE_S: the load they were made under has passed."""
+def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> tuple[float, float]:
+    """A run's creation, of one document and over a range, as the daemon did it for the previous
+    tick's runs (ESTIMATE_MARGIN times over): from that tick's return to the end of its newest run's
+    creation, per run, for the kind of run it made (over a range where any was); the last estimates
+    when that tick made no run or none was created. The daemon creates a tick's runs one after the
+    other, each in turn: its run record, its planned events (most of the time), its submission to
+    the queue (`RUN_ENQUEUED`, or the record's own time where runs are not queued). RUN_CREATION_S
+    where the last runs are older than ESTIMATE_MAX_AGE_S: the load they were made under has passed."""
     if time.time() - last.returned_at > ESTIMATE_MAX_AGE_S:
-        return RUN_CREATION_S
+        return RUN_CREATION_S, RUN_CREATION_S
     records = (
         instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys})) if last.run_keys else []
     )
     if not records:
-        return last.run_creation_s
+        return last.run_creation_s, last.range_run_s
     newest = max(records, key=lambda record: record.create_timestamp)
     enqueued = instance.get_records_for_run(
         newest.dagster_run.run_id, of_type=dg.DagsterEventType.RUN_ENQUEUED, limit=1
     ).records
     created = enqueued[0].timestamp if enqueued else newest.create_timestamp.timestamp()
-    return max(MIN_RUN_CREATION_S, ESTIMATE_MARGIN * (created - last.returned_at) / len(records))
+    measured = max(MIN_RUN_CREATION_S, ESTIMATE_MARGIN * (created - last.returned_at) / len(records))
+    return (last.run_creation_s, measured) if last.ranges else (measured, last.range_run_s)
 
 
 def claim_key(owner: str, run_id: str) -> str:
@@ -634,13 +643,17 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         deadline.within(0 if last.starved else RECONCILE_BUDGET_S),
         last.reconcile_after,
     )
-    run_creation_s = run_creation_estimate(context.instance, last)
+    run_creation_s, range_run_s = run_creation_estimate(context.instance, last)
     carried = RequestsCursor(
-        returned_at=last.returned_at, run_creation_s=run_creation_s, reconcile_after=reconciled.resume_after
+        returned_at=last.returned_at,
+        run_creation_s=run_creation_s,
+        range_run_s=range_run_s,
+        reconcile_after=reconciled.resume_after,
     )
-    fits = min(MAX_RUNS_PER_TICK, int(min(RUN_CREATION_BUDGET_S, deadline.left()) // run_creation_s))
+    cheapest = min(run_creation_s, range_run_s)
+    fits = min(MAX_RUNS_PER_TICK, int(min(RUN_CREATION_BUDGET_S, deadline.left()) // cheapest))
     if fits < 1:
-        return _out_of_time(deadline, run_creation_s, carried)
+        return _out_of_time(deadline, cheapest, carried)
     claimer = f"sensor {uuid.uuid4().hex}"
     claimed = registry.claim(claimer, limit=fits * MAX_BATCH_DOCUMENTS)
     if not claimed:
@@ -656,13 +669,14 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         keys_kept,
         run_creation_s,
         min(RUN_CREATION_BUDGET_S, deadline.left()),
+        range_run_s,
     )
     running = {document for batch in batches for document in batch.documents}
     rest = [c.document_id for c in claimed if c.document_id not in running]
     if rest:  # they wait, in their place, for the next tick
         registry.release(claimer, rest)
     if not batches:
-        return _out_of_time(deadline, run_creation_s, carried)
+        return _out_of_time(deadline, cheapest, carried)
     keys: dict[str, str] = {}
     requests = []
     for batch in batches:
@@ -675,10 +689,15 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
     registry.name_run(keys, claimer)
     context.log.info(
         f"{len(running)} documents in {len(batches)} runs (a run's creation estimated at"
-        f" {run_creation_s:.1f} s; {deadline.elapsed():.1f} s of the tick's {TICK_BUDGET_S:.0f} spent before it)"
+        f" {run_creation_s:.1f} s, over a range {range_run_s:.1f} s; {deadline.elapsed():.1f} s of the"
+        f" tick's {TICK_BUDGET_S:.0f} spent before it)"
     )
     cursor = carried.model_copy(
-        update={"returned_at": time.time(), "run_keys": [r.run_key for r in requests if r.run_key]}
+        update={
+            "returned_at": time.time(),
+            "run_keys": [r.run_key for r in requests if r.run_key],
+            "ranges": any(len(batch.documents) > 1 for batch in batches),
+        }
     )
     return dg.SensorResult(run_requests=requests, cursor=cursor.model_dump_json())
 
