@@ -1,22 +1,28 @@
 """Hybrid query latency at scale, beside the time of its parts.
 
     .venv/bin/python bench/bench_query_scale.py [--chunks 100000] [--queries 60] [--out /tmp/bench_query_scale]
+        [--keep] [--encode-chunks]
 
 Builds an index of `--chunks` chunks in a fresh VISION_RAG_HOME under `--out`: 1,000 documents
 whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs, four chunks
 to a page, and one page unit per page (the page's text; its vector the mean of its chunks', as
 ingest makes them). Each distinct sentence is embedded once with the configured model; a chunk's
-vector is the normalized mean of its sentences' vectors (encoding 100k chunks would take ~40 min
-here), so the vectors lie where real ones do. Rows go through `PgVectorStore.replace_document`
-(HNSW maintained on insert) and tantivy's `rebuild`.
+vector is the normalized mean of its sentences' vectors, or with `--encode-chunks` the embedding of
+its own text, as ingest makes it (17 chunks a second here at load 2-3: ~1.6 h for 100k). Means of
+random sentences lie closer together than real chunks' vectors, which makes the HNSW walk's work
+harder: BENCHMARKS.md "Query latency" compares the two. Rows go through
+`PgVectorStore.replace_document` (HNSW maintained on insert) and tantivy's `rebuild`.
 
 Then, warm, for each query (a corpus sentence cut to its first 8 words): `search()` end to end
 (hybrid, k=5, across the whole index) and, separately, its stages: the query embedding, the
 candidates (BM25 lookups and the one Postgres statement, each also timed alone inside that stage:
 `candidates.lexical`, the four lookups, and `candidates.postgres`, the statement with its rows
-read), the features, the score, collapse and cut. Then 20 questions that point into a document (the first 6 words and "on page 3", "in Figure
-2", "on the first page" or "on the last page"), end to end. Prints one JSON object with p50 and p95
-in ms, and the Postgres round trips one `search()` makes (counted in libpq's protocol trace).
+read), the features, the score, collapse and cut. Then 20 questions that point into a document (the
+first 6 words and "on page 3", "in Figure 2", "on the first page" or "on the last page"), end to
+end. Last, the HNSW index's recall (`hnsw_content_scan`): per `hnsw.ef_search`, the share of each
+query's 10 nearest content chunks the search's scan finds, and the scan's time. Prints one JSON
+object with p50 and p95 in ms, and the Postgres round trips one `search()` makes (counted in
+libpq's protocol trace).
 """
 
 from __future__ import annotations
@@ -123,9 +129,12 @@ def round_trips() -> Iterator[list[int]]:
         pgvector_store.connect = connect
 
 
-def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, rng: random.Random) -> float:
+def build_index(
+    store, sentences: list[str], vectors: np.ndarray, chunks: int, rng: random.Random, embed=None
+) -> float:
     """Writes the chunks and their page units into `store` (a PgVectorStore) and tantivy; returns
-    the seconds it took."""
+    the seconds it took. A chunk's vector is `embed` of its text, or without `embed` the mean of its
+    sentences' `vectors`."""
     from vision_rag_pipeline.chunks.model import Chunk
     from vision_rag_pipeline.indexes.lexical import LexicalDoc
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
@@ -148,8 +157,11 @@ def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, r
             )
             for index, pick in enumerate(picks)
         ]
-        means = np.stack([vectors[pick].mean(axis=0) for pick in picks])
-        means /= np.linalg.norm(means, axis=1, keepdims=True)
+        if embed is None:
+            means = np.stack([vectors[pick].mean(axis=0) for pick in picks])
+            means /= np.linalg.norm(means, axis=1, keepdims=True)
+        else:
+            means = embed([chunk.text for chunk in batch])
         pages = range(0, len(batch), CHUNKS_PER_PAGE)
         units = [
             Chunk(
@@ -170,6 +182,44 @@ def build_index(store, sentences: list[str], vectors: np.ndarray, chunks: int, r
     return time.perf_counter() - started
 
 
+def hnsw_recall(
+    store, vectors: np.ndarray, limit: int, ef_searches: tuple[int, ...], exact: int = 10
+) -> dict:
+    """Per `hnsw.ef_search`: the share of each query's `exact` nearest content chunks (by every
+    vector, in numpy) that the HNSW index's `limit` nearest hold, as a search's scan asks for them
+    (iterative scan, relaxed order), and that scan's time. A chunk as near as the exact last one
+    counts as found: ties are not misses."""
+    from pgvector import Vector
+
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect(store.url) as conn, conn.cursor(binary=True) as cursor:
+        cursor.execute("SELECT chunk_id, embedding FROM chunks WHERE kind <> 'page'")
+        rows = cursor.fetchall()
+    position = {chunk_id: number for number, (chunk_id, _) in enumerate(rows)}
+    matrix = np.stack([embedding.to_numpy() for _, embedding in rows]).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    similarities = [matrix @ (vector / np.linalg.norm(vector)) for vector in vectors]
+    thresholds = [np.partition(sims, -exact)[-exact] - 1e-6 for sims in similarities]
+    scan = "SELECT chunk_id FROM chunks c WHERE c.kind <> 'page' ORDER BY embedding <=> %b::vector LIMIT %s"
+    report = {}
+    for ef_search in ef_searches:
+        found, seconds = [], []
+        for vector, sims, threshold in zip(vectors, similarities, thresholds, strict=True):
+            with connect(store.url) as conn:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+                conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+                started = time.perf_counter()
+                ids = [row[0] for row in conn.execute(scan, [Vector(vector), limit]).fetchall()]
+                seconds.append(time.perf_counter() - started)
+            found.append(min(1.0, sum(sims[position[i]] >= threshold for i in ids) / exact))
+        report[str(ef_search)] = {
+            f"exact_{exact}_found": round(float(np.mean(found)), 3),
+            "scan_ms": percentiles(seconds),
+        }
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -177,6 +227,11 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_query_scale"))
     parser.add_argument("--keep", action="store_true", help="reuse the index built by an earlier run")
+    parser.add_argument(
+        "--encode-chunks",
+        action="store_true",
+        help="embed every chunk's own text, as ingest does, instead of averaging its sentences' vectors",
+    )
     args = parser.parse_args()
     if not args.corpus.is_dir():
         raise SystemExit(f"{args.corpus}: not found (this benchmark draws its text from ../shared/corpus)")
@@ -203,7 +258,10 @@ def main() -> None:
         started = time.perf_counter()
         vectors = encode(sentences, model, precision=precision)
         report["sentence_encoding_seconds"] = round(time.perf_counter() - started, 1)
-        report["index_build_seconds"] = round(build_index(store, sentences, vectors, args.chunks, rng), 1)
+        embed = (lambda texts: encode(texts, model, precision=precision)) if args.encode_chunks else None
+        report["index_build_seconds"] = round(
+            build_index(store, sentences, vectors, args.chunks, rng, embed), 1
+        )
     report["indexed_rows"] = store.count()
     queries = [" ".join(sentence.split()[:8]) for sentence in rng.sample(sentences, args.queries)]
     ranker = load_ranker()
@@ -253,6 +311,12 @@ def main() -> None:
     report["parts_p50_sum_ms"] = round(parts * 1000, 1)
     report["end_to_end_over_parts"] = round(statistics.median(samples["search_end_to_end"]) / parts, 2)
     report["postgres_round_trips_per_search"] = sorted(set(trips))
+    report["hnsw_content_scan"] = hnsw_recall(
+        store,
+        encode(queries, model, precision=precision),
+        config.retrieval.candidates,
+        tuple(sorted({40, config.retrieval.ef_search, 200, 400})),
+    )
     report["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
 
