@@ -10,7 +10,7 @@ import pytest
 
 from vision_rag_pipeline.chunks.model import Chunk
 from vision_rag_pipeline.core.postgres import connect
-from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore, rebuild_tables
+from vision_rag_pipeline.indexes.pgvector_store import HNSW_EF_CONSTRUCTION, PgVectorStore, rebuild_tables
 from vision_rag_pipeline.indexes.reindex import rebuild_lexical, vector_dimension
 from vision_rag_pipeline.indexes.tantivy_index import open_tantivy_index
 
@@ -93,6 +93,34 @@ def test_writes_during_a_rebuild_land_in_the_new_table(populated, fresh_database
     rebuild_tables(fresh_database)
     store.replace_document("doc0", chunks_of("doc0")[:3], unit(np.ones((3, DIM))))
     assert store.count("doc0") == 3 and store.count() == (DOCUMENTS - 1) * CHUNKS_PER_DOCUMENT + 3
+
+
+def hnsw_definitions(url: str) -> list[str]:
+    with connect(url) as conn:
+        return [
+            row[0]
+            for row in conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = 'chunks' AND indexdef LIKE '%hnsw%'"
+            )
+        ]
+
+
+def test_a_rebuild_gives_an_index_built_at_pgvectors_default_breadth_the_wider_graph(
+    populated, fresh_database
+):
+    """README: an HNSW index built before keeps its graph until `vision-rag reindex`."""
+    with connect(fresh_database) as conn:  # as an earlier version built it
+        conn.execute("DROP INDEX chunks_embedding_hnsw")
+        conn.execute(
+            "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw (embedding vector_cosine_ops) WHERE kind <> 'page'"
+        )
+    assert (
+        sum(f"ef_construction='{HNSW_EF_CONSTRUCTION}'" in d for d in hnsw_definitions(fresh_database)) == 1
+    )
+    rebuild_tables(fresh_database)
+    definitions = hnsw_definitions(fresh_database)
+    assert len(definitions) == 2  # content chunks' and page units'
+    assert all(f"ef_construction='{HNSW_EF_CONSTRUCTION}'" in d for d in definitions), definitions
 
 
 def test_a_new_embedding_model_re_embeds_into_a_table_of_its_dimension(populated, fresh_database):

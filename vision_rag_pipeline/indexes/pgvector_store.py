@@ -77,16 +77,22 @@ END $$;"""
 _PAGES_LEFT = "((metadata->'landmarks'->>'page_count')::int - page)"
 
 
+# The HNSW graphs' build breadth (pgvector's ef_construction; its default is 64). A wider build finds
+# more of a query's true nearest chunks at the same search breadth (`retrieval.ef_search`) for about
+# twice the build time: BENCHMARKS.md "Query latency" measures both. An index keeps the breadth it
+# was built with; `vision-rag reindex` builds it again.
+HNSW_EF_CONSTRUCTION = 256
+_HNSW = f"USING hnsw (embedding vector_cosine_ops) WITH (ef_construction = {HNSW_EF_CONSTRUCTION})"
+
+
 def _indexes_ddl(chunks: str = "chunks", images: str = "rag_images") -> str:
     """The chunks' indexes: the vectors' (HNSW, one for content chunks, one for page units), the
     documents', and those of the landmarks a question points at (`Pointers`), so a pointing question
     reads the rows it points at, not every row of the index."""
     return f"""
 CREATE INDEX IF NOT EXISTS {chunks}_document_id ON {chunks} (document_id);
-CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
-    WHERE kind <> 'page';
-CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} USING hnsw (embedding vector_cosine_ops)
-    WHERE kind = 'page';
+CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} {_HNSW} WHERE kind <> 'page';
+CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} {_HNSW} WHERE kind = 'page';
 CREATE INDEX IF NOT EXISTS {chunks}_page_units ON {chunks} (document_id, page) WHERE kind = 'page';
 CREATE INDEX IF NOT EXISTS {chunks}_landmarks ON {chunks} USING gin ((metadata->'landmarks') jsonb_path_ops);
 CREATE INDEX IF NOT EXISTS {chunks}_page ON {chunks} (page);
