@@ -655,7 +655,7 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
     if fits < 1:
         return _out_of_time(deadline, cheapest, carried)
     claimer = f"sensor {uuid.uuid4().hex}"
-    claimed = registry.claim(claimer, limit=fits * MAX_BATCH_DOCUMENTS)
+    claimed = registry.claim(claimer, limit=min(MAX_CLAIMED_PER_TICK, fits * MAX_BATCH_DOCUMENTS))
     if not claimed:
         return dg.SensorResult(
             skip_reason=dg.SkipReason("no document is waiting for a run"), cursor=carried.model_dump_json()
