@@ -983,7 +983,7 @@ def test_a_tick_slow_to_read_stops_at_its_budget_and_the_next_goes_on_from_the_a
 
     monkeypatch.setattr(instance, "fetch_materializations", slow)
     said = []
-    while not said or said[-1].startswith("reading") and len(said) < 5:  # until the tick that compared
+    while not said or _deferred(said[-1]) and len(said) < 6:  # until the tick that compared
         fetched.append([])
         said.append(version_tick(instance).skip_reason.skip_message)
 
@@ -994,6 +994,41 @@ def test_a_tick_slow_to_read_stops_at_its_budget_and_the_next_goes_on_from_the_a
     assert sorted(read) == sorted(code_versions()), "each asset read once, then the comparison"
     assert len(said) > 1 and "next tick goes on from there" in said[0]
     assert "re-runs of 1 requested now" in said[-1] and rerun_requests() == {b: "reenrich"}
+
+
+def _deferred(message: str) -> bool:
+    """Whether a version tick left its reading or its comparison to the next tick."""
+    return message.startswith("reading") or message.endswith("the next tick compares")
+
+
+def test_a_comparison_with_no_time_left_comes_first_in_the_next_tick(instance, catalog, monkeypatch):
+    """A tick that read everything but had no time left to compare leaves the comparison to the next,
+    which compares before reading anything again: reading first could use that tick's time too."""
+    import time
+
+    from vision_rag_pipeline.defs import version_sensor as module
+
+    a, b = compared_once(instance, catalog)
+    key = (id(instance), "version")
+    _cursors[key] = json.dumps(json.loads(_cursors[key]) | {"compare_s": 60.0})  # a slow last comparison
+    record(instance, "chunk_embeddings", b, "old-model")
+    fetch = instance.fetch_materializations
+    fetched = []
+    monkeypatch.setattr(
+        instance,
+        "fetch_materializations",
+        lambda *args, **kwargs: fetched.append(1) or fetch(*args, **kwargs),
+    )
+
+    deferred = version_tick(instance).skip_reason.skip_message
+    assert deferred.endswith("the next tick compares") and not rerun_requests()
+    read_before = len(fetched)
+    started = time.monotonic()
+    compared = version_tick(instance).skip_reason.skip_message
+
+    assert "re-runs of 1 requested now" in compared and rerun_requests() == {b: "reenrich"}
+    assert len(fetched) == read_before, "the comparison came before any reading"
+    assert time.monotonic() - started < module.TICK_BUDGET_S
 
 
 def test_a_partition_that_materializes_an_old_version_again_is_asked_again(instance, catalog):
