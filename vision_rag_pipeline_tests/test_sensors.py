@@ -3,12 +3,19 @@
 import json
 import os
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 import psycopg
 import pytest
+from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.context import WorkspaceProcessContext, WorkspaceRequestContext
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +41,9 @@ MHTML = SAMPLES / "larkspur_q3_2024_report.mhtml"
 DIM = 384  # the session's chunks table is shared with the pipeline tests (all-MiniLM-L6-v2)
 
 
+# The name every deployment (workspace.yaml, the daemon) gives the code location: a queued run carries
+# its origin there, which Dagster builds only from a loaded workspace (no public Python API for it).
+CODE_LOCATION = "vision_rag_pipeline.definitions"
 CARRIED = object()
 _cursors: dict[object, str | None] = {}  # what each test instance's last tick left, as the daemon keeps it
 
@@ -210,6 +220,90 @@ def test_an_ingest_requests_tick_makes_a_bounded_number_of_runs_and_leaves_the_r
         taken.append([run.partition_key for run in result.run_requests])
 
     assert taken == [wanted[0:2], wanted[2:4], wanted[4:], []]
+
+
+@pytest.fixture
+def queue() -> Iterator[tuple[dg.DagsterInstance, WorkspaceRequestContext]]:
+    """An instance whose runs wait in Dagster's queue (the QueuedRunCoordinator, as dagster.yaml has
+    it), and the code location loaded in this process under the name the daemon's workspace gives it:
+    runs created from it carry the origins a queued run needs."""
+    coordinator = {"module": "dagster.core.run_coordinator", "class": "QueuedRunCoordinator"}
+    with dg.instance_for_test(overrides={"run_coordinator": coordinator}) as instance:
+        origin = InProcessCodeLocationOrigin(
+            LoadableTargetOrigin(executable_path=sys.executable, module_name=CODE_LOCATION),
+            location_name=CODE_LOCATION,
+        )
+        with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
+            yield instance, process.create_request_context()
+
+
+def create_runs(
+    instance: dg.DagsterInstance,
+    workspace: WorkspaceRequestContext,
+    requests: list[dg.RunRequest],
+    *,
+    submitted: bool = True,
+) -> list[dg.DagsterRun]:
+    """Create the runs a tick requested as the daemon does once the tick returned: Dagster's creation of
+    a run of the job (its plan, its planned events) with the sensor's name and the run key as tags,
+    then its submission to the queue, unless not `submitted` (created, not submitted yet)."""
+    from vision_rag_pipeline.definitions import defs
+
+    repository = workspace.get_code_location(CODE_LOCATION).get_repository(SINGLETON_REPOSITORY_NAME)
+    runs = []
+    for request in requests:
+        tags = {"dagster/sensor_name": "ingest_requests", **request.tags}
+        if request.run_key:
+            tags["dagster/run_key"] = request.run_key
+        if request.partition_key:
+            tags["dagster/partition"] = request.partition_key
+        remote_job = repository.get_full_job(request.job_name)
+        run = instance.create_run_for_job(
+            defs.resolve_job_def(request.job_name),
+            tags=tags,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+        )
+        if submitted:
+            instance.submit_run(run.run_id, workspace)
+        runs.append(run)
+    return runs
+
+
+def test_no_run_is_made_while_a_ticks_worth_of_the_sensors_runs_wait_in_dagsters_queue(queue, catalog):
+    """A backfill of 30 runs, one run at a time: the sensor keeps at most MAX_WAITING_RUNS (a tick's
+    worth) of its runs waiting in Dagster's queue, queued or created and not submitted yet; the rest of
+    the backfill stays requested in the registry, the tick saying why it makes no run, and as runs
+    leave the queue the next tick makes as many as there is room for (92 runs were queued after 5
+    minutes on the Postgres-backed instance before). Runs another sensor queued do not count."""
+    from vision_rag_pipeline.defs import intake
+
+    instance, workspace = queue
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(60)))
+    intake.request_documents(instance, ids[::2], "backfill")  # apart: a run each
+    first = ingest_requests_sensor(_context(instance, measured(0.1)))
+    queued = create_runs(instance, workspace, first.run_requests[:-1])
+    create_runs(instance, workspace, first.run_requests[-1:], submitted=False)
+    other = dg.RunRequest(
+        job_name="reenrich", partition_key=ids[1], tags={"dagster/sensor_name": "version_sensor"}
+    )
+    create_runs(instance, workspace, [other])
+
+    full = ingest_requests_sensor(_context(instance, first.cursor))
+
+    assert [run.status for run in instance.get_runs()].count(dg.DagsterRunStatus.QUEUED) == 10
+    assert len(first.run_requests) == intake.MAX_WAITING_RUNS == 10
+    assert not full.run_requests
+    assert "10 of its runs wait in Dagster's queue" in full.skip_reason.skip_message
+    assert len(requested()) == 20, "the rest of the backfill waits in the registry"
+
+    for run in queued[:3]:  # the daemon takes three from the queue: their process reports them started
+        start = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_START.value, job_name=run.job_name)
+        instance.report_dagster_event(start, run_id=run.run_id)
+    room = ingest_requests_sensor(_context(instance, full.cursor))
+
+    assert len(room.run_requests) == 3, "as many as the queue has room for"
+    assert len(requested()) == 17
 
 
 def test_where_loading_the_partition_keys_is_slow_a_tick_makes_one_range_run(instance, catalog, monkeypatch):

@@ -90,11 +90,19 @@ RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # A measure is taken ESTIMATE_MARGIN times over: a run's creation moved by up to half from one tick
 # to the next at load 2-4 (0.6-1.4 s on a Postgres-backed instance at 100,000 partitions, where ticks
 # planned on the bare measure took up to 11 s).
+# Dagster's queue holds at most MAX_WAITING_RUNS of the sensor's runs waiting for a run slot (queued,
+# or created and not submitted yet): a tick makes no more runs than that leaves room for, so the rest
+# of a backfill or of the version sensor's re-runs waits in the registry (requested, where `vision-rag
+# status` counts it), not in Dagster's queue (92 runs were queued after 5 minutes with one run at a
+# time). A tick's worth: a run slot that frees finds a run waiting whatever max_concurrent_runs is,
+# unless more runs than that start between two ticks.
 TICK_BUDGET_S = 8.0
 RECONCILE_BUDGET_S = 3.0
 RUN_KEYS_A_QUERY = 500  # the reconcile reads the runs of this many run keys in one query
 MAX_RUNS_PER_TICK = 10
 MAX_CLAIMED_PER_TICK = MAX_RUNS_PER_TICK * MAX_BATCH_DOCUMENTS
+MAX_WAITING_RUNS = MAX_RUNS_PER_TICK
+WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 RUN_CREATION_S = 4.0
 MIN_RUN_CREATION_S = 0.1
 ESTIMATE_MAX_AGE_S = 600  # a measure older than this (a daemon stopped since) gives way to RUN_CREATION_S
@@ -107,6 +115,8 @@ DAEMON_HEARTBEAT_SECONDS = 60  # a daemon whose heartbeat is older serves nothin
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 RUN_KEY_TAG = "dagster/run_key"
+SENSOR = "ingest_requests"
+SENSOR_NAME_TAG = "dagster/sensor_name"  # Dagster's tag on each run a sensor requested: its name
 LOCAL_CLAIM = "local"  # run key prefix of a batch claimed by a process to execute itself
 JOBS = {job.name: job for job in (ingest_document_job, reenrich_job)}
 
@@ -305,14 +315,16 @@ def affordable(
     run_creation_s: float = RUN_CREATION_S,
     budget_s: float = RUN_CREATION_BUDGET_S,
     range_run_s: float | None = None,
+    max_runs: int | None = None,
 ) -> list[Batch]:
     """The first batches whose runs the daemon can create within `budget_s`, given a run's creation
     (`run_creation_s`; `range_run_s` for a run over a range, the same when None) and what one load
     of every partition key took here: a range run's creation
     makes Dagster load them PLANNED_OUTPUTS times, or, where the storage keeps the keys it loaded
-    (`keys_kept`), once for the tick's runs. At most MAX_RUNS_PER_TICK; where not even the first
-    batch's run fits, runs of one document each (no key load), as many as fit; none where not one run
-    fits."""
+    (`keys_kept`), once for the tick's runs. At most `max_runs` (MAX_RUNS_PER_TICK when None); where
+    not even the first batch's run fits, runs of one document each (no key load), as many as fit;
+    none where not one run fits."""
+    max_runs = MAX_RUNS_PER_TICK if max_runs is None else max_runs
     kept: list[Batch] = []
     spent = 0.0
     for batch in batches:
@@ -321,14 +333,14 @@ def affordable(
             cost = run_creation_s if range_run_s is None else range_run_s
             loads = 0 if keys_kept and any(len(b.documents) > 1 for b in kept) else 1
             cost += (1 if keys_kept else PLANNED_OUTPUTS) * loads * key_load_s
-        if len(kept) >= MAX_RUNS_PER_TICK or spent + cost > budget_s:
+        if len(kept) >= max_runs or spent + cost > budget_s:
             break
         kept.append(batch)
         spent += cost
     if kept or all(len(batch.documents) == 1 for batch in batches):
         return kept
     alone = [Batch(job=batch.job, documents=[document]) for batch in batches for document in batch.documents]
-    return affordable(alone, key_load_s, keys_kept, run_creation_s, budget_s, range_run_s)
+    return affordable(alone, key_load_s, keys_kept, run_creation_s, budget_s, range_run_s, max_runs)
 
 
 class RequestsCursor(BaseModel):
@@ -624,13 +636,14 @@ def wait_for_documents(
 
 
 @dg.sensor(
-    name="ingest_requests",
+    name=SENSOR,
     jobs=[ingest_document_job, reenrich_job],
     minimum_interval_seconds=REQUEST_INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Turns documents requested by any door (vision-rag ingest, uploads, the inbox, backfills) "
-    "into runs: consecutive partitions requested together are one run over their range. Records what "
-    "finished runs made of their documents and requests again those whose run was lost.",
+    "into runs: consecutive partitions requested together are one run over their range, at most "
+    f"{MAX_WAITING_RUNS} of them waiting in the run queue. Records what finished runs made of their "
+    "documents and requests again those whose run was lost.",
 )
 def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase) -> dg.SensorResult:
     deadline = Deadline(TICK_BUDGET_S)
@@ -650,8 +663,21 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         range_run_s=range_run_s,
         reconcile_after=reconciled.resume_after,
     )
+    waiting = context.instance.get_runs_count(dg.RunsFilter(statuses=WAITING, tags={SENSOR_NAME_TAG: SENSOR}))
+    if waiting >= MAX_WAITING_RUNS:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                f"{waiting} of its runs wait in Dagster's queue (at most {MAX_WAITING_RUNS}): the requested"
+                " documents wait in the registry until runs leave the queue"
+            ),
+            cursor=carried.model_dump_json(),
+        )
     cheapest = min(run_creation_s, range_run_s)
-    fits = min(MAX_RUNS_PER_TICK, int(min(RUN_CREATION_BUDGET_S, deadline.left()) // cheapest))
+    fits = min(
+        MAX_RUNS_PER_TICK,
+        MAX_WAITING_RUNS - waiting,
+        int(min(RUN_CREATION_BUDGET_S, deadline.left()) // cheapest),
+    )
     if fits < 1:
         return _out_of_time(deadline, cheapest, carried)
     claimer = f"sensor {uuid.uuid4().hex}"
@@ -670,6 +696,7 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         run_creation_s,
         min(RUN_CREATION_BUDGET_S, deadline.left()),
         range_run_s,
+        max_runs=fits,
     )
     running = {document for batch in batches for document in batch.documents}
     rest = [c.document_id for c in claimed if c.document_id not in running]
