@@ -80,10 +80,13 @@ RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # each at 100,000 partitions (BENCHMARKS.md "Catalog of 100,000 documents"). The local storage keeps
 # the keys it loaded until a partition is added or deleted (defs/local_storage.py): there the daemon
 # loads them at most once a tick. A tick makes at most MAX_RUNS_PER_TICK runs, and no more than its
-# estimate fits the time left (RUN_CREATION_BUDGET_S at most), none when not one does. The estimate of
-# a run's creation is what the daemon took for the previous tick's runs (from the tick's return to the
-# last run's submission, as Dagster records it); before anything is measured (a daemon's first tick,
-# a measure older than ESTIMATE_MAX_AGE_S) it is RUN_CREATION_S, the slow end of what was measured.
+# estimate fits the time left (RUN_CREATION_BUDGET_S at most), none when not one does. A measure of a
+# run's creation is what the daemon took for a tick's runs (from the tick's return to the last run's
+# submission, as Dagster records it); the estimate is the slowest of the last ESTIMATE_MEASURES
+# measures (a tick after a fast one still plans for the pace of the slow ones before it: runs created
+# at 0.53 s each were followed by runs at 1.4 s, and a tick planned on the last measure alone took
+# 11.0 s); before anything is measured (a daemon's first tick, a measure older than
+# ESTIMATE_MAX_AGE_S) it is RUN_CREATION_S, the slow end of what was measured.
 # A run over a range writes its planned events for each of its documents: 2-3 s for 20 at load 4,
 # where a run of one took 0.3 s, so the two are measured and estimated apart (a tick whose runs mix
 # them measures the range's).
@@ -107,6 +110,7 @@ RUN_CREATION_S = 4.0
 MIN_RUN_CREATION_S = 0.1
 ESTIMATE_MAX_AGE_S = 600  # a measure older than this (a daemon stopped since) gives way to RUN_CREATION_S
 ESTIMATE_MARGIN = 1.5
+ESTIMATE_MEASURES = 5  # the estimate is the slowest of the last this many measures
 PLANNED_OUTPUTS = 12
 RUN_CREATION_BUDGET_S = 6.0
 STALE_CLAIM_SECONDS = 300  # a claim whose run never appeared goes back to the requests
@@ -350,8 +354,10 @@ class RequestsCursor(BaseModel):
 
     returned_at: float = 0.0  # epoch seconds
     run_keys: list[str] = []
-    run_creation_s: float = RUN_CREATION_S  # a run of one document
-    range_run_s: float = RUN_CREATION_S  # a run over a range of documents
+    run_creation_s: float = RUN_CREATION_S  # estimated: a run of one document
+    range_run_s: float = RUN_CREATION_S  # estimated: a run over a range of documents
+    run_creation_measures: list[float] = []  # the last measures it was estimated from, the newest last
+    range_run_measures: list[float] = []
     ranges: bool = False  # the runs it requested included one over a range
     reconcile_after: str | None = None  # the next reconcile starts after this run
     starved: bool = False  # the next tick gives the reconcile's time to runs
@@ -364,28 +370,47 @@ class RequestsCursor(BaseModel):
             return cls()
 
 
-def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> tuple[float, float]:
-    """A run's creation, of one document and over a range, as the daemon did it for the previous
-    tick's runs (ESTIMATE_MARGIN times over): from that tick's return to the end of its newest run's
-    creation, per run, for the kind of run it made (over a range where any was); the last estimates
-    when that tick made no run or none was created. The daemon creates a tick's runs one after the
-    other, each in turn: its run record, its planned events (most of the time), its submission to
-    the queue (`RUN_ENQUEUED`, or the record's own time where runs are not queued). RUN_CREATION_S
-    where the last runs are older than ESTIMATE_MAX_AGE_S: the load they were made under has passed."""
+def run_creation_estimate(instance: dg.DagsterInstance, last: RequestsCursor) -> RequestsCursor:
+    """What a tick carries on from the last: when that tick returned its runs, and the estimates of a
+    run's creation, of one document and over a range, with how long the daemon took for that tick's
+    runs among the measures: from that tick's return to the end of its newest run's creation, per
+    run, for the kind of run it made (over a range where any was); the last estimates when that tick
+    made no run or none was created. An estimate is ESTIMATE_MARGIN times the slowest of its last
+    ESTIMATE_MEASURES measures. The daemon creates a tick's runs one after the other, each in turn:
+    its run record, its planned events (most of the time), its submission to the queue
+    (`RUN_ENQUEUED`, or the record's own time where runs are not queued). RUN_CREATION_S where the
+    last runs are older than ESTIMATE_MAX_AGE_S: the load they were made under has passed."""
     if time.time() - last.returned_at > ESTIMATE_MAX_AGE_S:
-        return RUN_CREATION_S, RUN_CREATION_S
+        return RequestsCursor(returned_at=last.returned_at)
+    carried = RequestsCursor(
+        returned_at=last.returned_at,
+        run_creation_s=last.run_creation_s,
+        range_run_s=last.range_run_s,
+        run_creation_measures=last.run_creation_measures,
+        range_run_measures=last.range_run_measures,
+    )
     records = (
         instance.get_run_records(dg.RunsFilter(tags={RUN_KEY_TAG: last.run_keys})) if last.run_keys else []
     )
     if not records:
-        return last.run_creation_s, last.range_run_s
+        return carried
     newest = max(records, key=lambda record: record.create_timestamp)
     enqueued = instance.get_records_for_run(
         newest.dagster_run.run_id, of_type=dg.DagsterEventType.RUN_ENQUEUED, limit=1
     ).records
     created = enqueued[0].timestamp if enqueued else newest.create_timestamp.timestamp()
-    measured = max(MIN_RUN_CREATION_S, ESTIMATE_MARGIN * (created - last.returned_at) / len(records))
-    return (last.run_creation_s, measured) if last.ranges else (measured, last.range_run_s)
+    measure = (created - last.returned_at) / len(records)
+    if last.ranges:
+        measures = [*last.range_run_measures, measure][-ESTIMATE_MEASURES:]
+        return carried.model_copy(update={"range_run_measures": measures, "range_run_s": _estimate(measures)})
+    measures = [*last.run_creation_measures, measure][-ESTIMATE_MEASURES:]
+    return carried.model_copy(
+        update={"run_creation_measures": measures, "run_creation_s": _estimate(measures)}
+    )
+
+
+def _estimate(measures: Sequence[float]) -> float:
+    return max(MIN_RUN_CREATION_S, ESTIMATE_MARGIN * max(measures))
 
 
 def claim_key(owner: str, run_id: str) -> str:
@@ -656,13 +681,10 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         deadline.within(0 if last.starved else RECONCILE_BUDGET_S),
         last.reconcile_after,
     )
-    run_creation_s, range_run_s = run_creation_estimate(context.instance, last)
-    carried = RequestsCursor(
-        returned_at=last.returned_at,
-        run_creation_s=run_creation_s,
-        range_run_s=range_run_s,
-        reconcile_after=reconciled.resume_after,
+    carried = run_creation_estimate(context.instance, last).model_copy(
+        update={"reconcile_after": reconciled.resume_after}
     )
+    run_creation_s, range_run_s = carried.run_creation_s, carried.range_run_s
     waiting = context.instance.get_runs_count(dg.RunsFilter(statuses=WAITING, tags={SENSOR_NAME_TAG: SENSOR}))
     if waiting >= MAX_WAITING_RUNS:
         return dg.SensorResult(
