@@ -1,17 +1,18 @@
 """Hybrid query latency at scale, beside the time of its parts.
 
     .venv/bin/python bench/bench_query_scale.py [--chunks 100000] [--queries 60] [--out /tmp/bench_query_scale]
-        [--keep] [--encode-chunks]
+        [--keep] [--encode-chunks] [--bulk]
 
-Builds an index of `--chunks` chunks in a fresh VISION_RAG_HOME under `--out`: 1,000 documents
-whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs, four chunks
+Builds an index of `--chunks` chunks in a fresh VISION_RAG_HOME under `--out`: 1,000 documents (or
+one per 100 chunks, when that is more: 10,000 at a million chunks) whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs, four chunks
 to a page, and one page unit per page (the page's text; its vector the mean of its chunks', as
 ingest makes them). Each distinct sentence is embedded once with the configured model; a chunk's
 vector is the normalized mean of its sentences' vectors, or with `--encode-chunks` the embedding of
 its own text, as ingest makes it (17 chunks a second here at load 2-3: ~1.6 h for 100k). Means of
 random sentences lie closer together than real chunks' vectors, which makes the HNSW walk's work
 harder: BENCHMARKS.md "Query latency" compares the two. Rows go through
-`PgVectorStore.replace_document` (HNSW maintained on insert) and tantivy's `rebuild`.
+`PgVectorStore.replace_document` (HNSW maintained on insert; with `--bulk` both HNSW graphs are
+built after the rows, as `vision-rag reindex` builds them) and tantivy's `rebuild`.
 
 Then, warm, for each query (a corpus sentence cut to its first 8 words): `search()` end to end
 (hybrid, k=5, across the whole index) and, separately, its stages: the query embedding, the
@@ -46,7 +47,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_real import DEFAULT_CORPUS  # noqa: E402
 
-DOCUMENTS = 1000
+DOCUMENTS = 1000  # at least; a document holds at most CHUNKS_PER_DOCUMENT chunks
+CHUNKS_PER_DOCUMENT = 100
+BULK_BUILD_MEMORY = "4GB"  # holds the HNSW graph of a million 384-dimension vectors while it is built
 CHUNKS_PER_PAGE = 4
 POINTERS = ("on page 3", "in Figure 2", "on the first page", "on the last page")
 SENTENCE = re.compile(r"[^.!?\n]{40,300}[.!?]")
@@ -129,20 +132,41 @@ def round_trips() -> Iterator[list[int]]:
         pgvector_store.connect = connect
 
 
+def documents_for(chunks: int) -> int:
+    return max(DOCUMENTS, chunks // CHUNKS_PER_DOCUMENT)
+
+
 def build_index(
-    store, sentences: list[str], vectors: np.ndarray, chunks: int, rng: random.Random, embed=None
-) -> float:
+    store,
+    sentences: list[str],
+    vectors: np.ndarray,
+    chunks: int,
+    rng: random.Random,
+    embed=None,
+    bulk: bool = False,
+) -> dict:
     """Writes the chunks and their page units into `store` (a PgVectorStore) and tantivy; returns
-    the seconds it took. A chunk's vector is `embed` of its text, or without `embed` the mean of its
-    sentences' `vectors`."""
+    the seconds it took (`index_build_seconds`, and with `bulk` the HNSW graphs' share of them,
+    `hnsw_build_seconds`). A chunk's vector is `embed` of its text, or without `embed` the mean of
+    its sentences' `vectors`. With `bulk` the rows are written with no HNSW index and both graphs
+    are built after them from the shipped DDL, as `vision-rag reindex` builds them, with
+    `maintenance_work_mem` of BULK_BUILD_MEMORY: a million rows written one document at a time into
+    maintained graphs would take most of a day here."""
     from vision_rag_pipeline.chunks.model import Chunk
+    from vision_rag_pipeline.core.postgres import connect, unbounded_statements
     from vision_rag_pipeline.indexes.lexical import LexicalDoc
     from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
+    from vision_rag_pipeline.indexes.pgvector_store import _indexes_ddl
 
-    per_document = chunks // DOCUMENTS
+    if bulk:
+        with connect(store.url) as conn:
+            conn.execute("DROP INDEX IF EXISTS chunks_embedding_hnsw, chunks_page_hnsw")
+
+    documents = documents_for(chunks)
+    per_document = chunks // documents
     lexical: list[LexicalDoc] = []
     started = time.perf_counter()
-    for number in range(DOCUMENTS):
+    for number in range(documents):
         document_id = f"doc-{number:04d}"
         picks = [rng.sample(range(len(sentences)), rng.randint(3, 8)) for _ in range(per_document)]
         batch = [
@@ -179,7 +203,14 @@ def build_index(
         store.replace_document(document_id, batch + units, np.concatenate([means, unit_vectors]))
         lexical += [LexicalDoc.of(chunk) for chunk in batch + units]
     open_lexical_index().rebuild(lexical)
-    return time.perf_counter() - started
+    timings = {}
+    if bulk:
+        graphs_started = time.perf_counter()
+        with connect(store.url) as conn, unbounded_statements(conn):
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_BUILD_MEMORY}'")
+            conn.execute(_indexes_ddl())
+        timings["hnsw_build_seconds"] = round(time.perf_counter() - graphs_started, 1)
+    return {"index_build_seconds": round(time.perf_counter() - started, 1), **timings}
 
 
 def hnsw_recall(
@@ -193,11 +224,15 @@ def hnsw_recall(
 
     from vision_rag_pipeline.core.postgres import connect
 
-    with connect(store.url) as conn, conn.cursor(binary=True) as cursor:
+    position: dict[str, int] = {}
+    parts = []
+    # a server-side cursor: a million vectors read at once would take ~3 GB here
+    with connect(store.url) as conn, conn.cursor("content_vectors", binary=True) as cursor:
         cursor.execute("SELECT chunk_id, embedding FROM chunks WHERE kind <> 'page'")
-        rows = cursor.fetchall()
-    position = {chunk_id: number for number, (chunk_id, _) in enumerate(rows)}
-    matrix = np.stack([embedding.to_numpy() for _, embedding in rows]).astype(np.float32)
+        while rows := cursor.fetchmany(50_000):
+            position.update((chunk_id, len(position)) for chunk_id, _ in rows)
+            parts.append(np.stack([embedding.to_numpy() for _, embedding in rows]).astype(np.float32))
+    matrix = np.concatenate(parts)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     similarities = [matrix @ (vector / np.linalg.norm(vector)) for vector in vectors]
     thresholds = [np.partition(sims, -exact)[-exact] - 1e-6 for sims in similarities]
@@ -232,6 +267,11 @@ def main() -> None:
         action="store_true",
         help="embed every chunk's own text, as ingest does, instead of averaging its sentences' vectors",
     )
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help="write every row first and build the HNSW graphs after them, as `vision-rag reindex` does",
+    )
     args = parser.parse_args()
     if not args.corpus.is_dir():
         raise SystemExit(f"{args.corpus}: not found (this benchmark draws its text from ../shared/corpus)")
@@ -252,16 +292,18 @@ def main() -> None:
     sentences = corpus_sentences(args.corpus)
     config = config_in_effect().config
     model, precision = config.embedding.model, config.embedding.precision
-    report: dict = {"chunks": args.chunks, "documents": DOCUMENTS, "sentences": len(sentences)}
+    report: dict = {
+        "chunks": args.chunks,
+        "documents": documents_for(args.chunks),
+        "sentences": len(sentences),
+    }
     store = vector_store(model)
     if not args.keep or store.count() == 0:
         started = time.perf_counter()
         vectors = encode(sentences, model, precision=precision)
         report["sentence_encoding_seconds"] = round(time.perf_counter() - started, 1)
         embed = (lambda texts: encode(texts, model, precision=precision)) if args.encode_chunks else None
-        report["index_build_seconds"] = round(
-            build_index(store, sentences, vectors, args.chunks, rng, embed), 1
-        )
+        report |= build_index(store, sentences, vectors, args.chunks, rng, embed, bulk=args.bulk)
     report["indexed_rows"] = store.count()
     queries = [" ".join(sentence.split()[:8]) for sentence in rng.sample(sentences, args.queries)]
     ranker = load_ranker()
