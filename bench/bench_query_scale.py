@@ -49,7 +49,6 @@ from eval_real import DEFAULT_CORPUS  # noqa: E402
 
 DOCUMENTS = 1000  # at least; a document holds at most CHUNKS_PER_DOCUMENT chunks
 CHUNKS_PER_DOCUMENT = 100
-BULK_BUILD_MEMORY = "4GB"  # holds the HNSW graph of a million 384-dimension vectors while it is built
 CHUNKS_PER_PAGE = 4
 POINTERS = ("on page 3", "in Figure 2", "on the first page", "on the last page")
 SENTENCE = re.compile(r"[^.!?\n]{40,300}[.!?]")
@@ -149,9 +148,8 @@ def build_index(
     the seconds it took (`index_build_seconds`, and with `bulk` the HNSW graphs' share of them,
     `hnsw_build_seconds`). A chunk's vector is `embed` of its text, or without `embed` the mean of
     its sentences' `vectors`. With `bulk` the rows are written with no HNSW index and both graphs
-    are built after them from the shipped DDL, as `vision-rag reindex` builds them, with
-    `maintenance_work_mem` of BULK_BUILD_MEMORY: a million rows written one document at a time into
-    maintained graphs would take most of a day here."""
+    are built after them from the shipped DDL, as `vision-rag reindex` builds them: a million rows
+    written one document at a time into maintained graphs would take most of a day here."""
     from vision_rag_pipeline.chunks.model import Chunk
     from vision_rag_pipeline.core.postgres import connect, unbounded_statements
     from vision_rag_pipeline.indexes.lexical import LexicalDoc
@@ -207,7 +205,6 @@ def build_index(
     if bulk:
         graphs_started = time.perf_counter()
         with connect(store.url) as conn, unbounded_statements(conn):
-            conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_BUILD_MEMORY}'")
             conn.execute(_indexes_ddl())
         timings["hnsw_build_seconds"] = round(time.perf_counter() - graphs_started, 1)
     return {"index_build_seconds": round(time.perf_counter() - started, 1), **timings}

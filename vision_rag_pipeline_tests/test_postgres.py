@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import socket
 import threading
 import time
@@ -36,6 +37,21 @@ def test_the_embedded_server_gets_an_eighth_of_the_memory_for_its_buffers(pg_url
             " WHERE name = 'shared_buffers'"
         ).fetchone()
     assert blocks * block_size // 2**20 == max(128, min(1024, memory // 8 // 2**20))
+
+
+def test_the_embedded_server_builds_hnsw_graphs_in_a_quarter_of_the_memory(pg_url: str) -> None:
+    """At Postgres' default 64 MB pgvector builds the graph of more than ~30k chunks on disk, many
+    times slower (`vision-rag reindex`); the embedded server gets a quarter of the machine's memory,
+    at most 4 GB and half of /dev/shm, where a parallel build reserves it."""
+    if os.environ.get("VISION_RAG_PG_URL"):
+        pytest.skip("a server run by the caller is theirs to tune")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    shared_memory = shutil.disk_usage("/dev/shm").total if Path("/dev/shm").is_dir() else memory
+    with connect(pg_url) as conn:
+        kilobytes = conn.execute(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'"
+        ).fetchone()[0]
+    assert kilobytes // 1024 == max(64, min(4096, memory // 4 // 2**20, shared_memory // 2 // 2**20))
 
 
 def _backend(url: str) -> int:

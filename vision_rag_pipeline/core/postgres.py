@@ -151,14 +151,22 @@ SERVER_SETTINGS = "vision_rag.conf"  # in the data directory, included by its po
 
 
 def _write_server_settings(pgdata: Path) -> None:
-    """The embedded server's memory: `shared_buffers` an eighth of the machine's memory, between
-    Postgres' default of 128 MB and 1 GB. A search walks two HNSW graphs and reads a few thousand
+    """The embedded server's memory. `shared_buffers` an eighth of the machine's memory, between
+    Postgres' default of 128 MB and 1 GB: a search walks two HNSW graphs and reads a few thousand
     pages; at the default they no longer fit from about 100k chunks on, and each search copies them
-    from the OS cache again (BENCHMARKS.md "Query latency"). Taken at the server's next start; a
+    from the OS cache again (BENCHMARKS.md "Query latency"). `maintenance_work_mem` a quarter of
+    the machine's memory, between Postgres' default of 64 MB and 4 GB: pgvector builds an HNSW graph
+    in it (`vision-rag reindex`) and goes on on disk, many times slower, once the graph outgrows it
+    (~2 kB a 384-dimension row: the default holds ~30k); a parallel build reserves it in /dev/shm,
+    so at most half of that (a container's is often 64 MB). Taken at the server's next start; a
     server run by the user (`database.url`) is theirs to tune."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    megabytes = max(128, min(1024, memory // 8 // 2**20))
-    (pgdata / SERVER_SETTINGS).write_text(f"shared_buffers = '{megabytes}MB'\n", encoding="utf-8")
+    buffers = max(128, min(1024, memory // 8 // 2**20))
+    shared_memory = shutil.disk_usage("/dev/shm").total if Path("/dev/shm").is_dir() else memory
+    maintenance = max(64, min(4096, memory // 4 // 2**20, shared_memory // 2 // 2**20))
+    (pgdata / SERVER_SETTINGS).write_text(
+        f"shared_buffers = '{buffers}MB'\nmaintenance_work_mem = '{maintenance}MB'\n", encoding="utf-8"
+    )
     conf = pgdata / "postgresql.conf"
     include = f"include_if_exists = '{SERVER_SETTINGS}'"
     if include not in conf.read_text(encoding="utf-8"):
