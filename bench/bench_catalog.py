@@ -3,6 +3,7 @@ page's partition health, backfill requests turned into runs, and one more docume
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py build --docs 100000 [--home /tmp/bench_catalog]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 600 [--change-config] [--drop 10000] [--code-server]
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py ticks --seconds 300 --code-server --postgres-instance --request 2000
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py version [--change-config] [--resume]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py sensors [--drop 2000]
     PYTHONPATH=$PWD .venv/bin/python bench/bench_catalog.py inbox [--rounds 3]
@@ -23,15 +24,20 @@ sha256), so a tick reads event bodies of a real run's size.
 
 `ticks` starts a real `dagster-daemon` (its code server, sensors in threads as the instance says, at
 most `--max-runs` runs executing at once) on the catalog for `--seconds` and reports each sensor's
-tick durations (Dagster's own tick records: start to end, run submission included), the runs created
-and the registry's unfinished documents. `--change-config` edits the config file first (a setting
-that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first,
+tick durations (Dagster's own tick records: start to end, run submission included), the runs created,
+the runs waiting in Dagster's queue every 15 s and the registry's unfinished documents.
+`--change-config` edits the config file first (a setting that makes every partition's enrichments stale); `--drop N` writes N more files into the inbox first,
 one-page PDFs of a line of text each, which the daemon's runs ingest (the report gives their states
 at the end of each minute and their partitions materialized; the files, their registry rows,
 partitions, chunks and lexical entries are removed afterwards, and the runs left queued). `--code-server`: the daemon loads the
 code location from one `dagster code-server` started first, for its whole life, as `dagster dev` and
 docker-compose.yml run it; without it, from the code server `dagster-daemon run -m` starts itself
-and replaces every minute.
+and replaces every minute. `--postgres-instance`: the daemon serves a Dagster instance whose
+storages are Postgres (a database of the catalog's embedded server, `dagster_postgres/` beside the
+local instance, made on first use: the catalog's partitions added in registration order, its
+version_sensor pointed at the catalog's recorded versions; its event log holds no materialization).
+`--request N`: the catalog's first N documents are requested as a backfill first (put back to
+ingested afterwards).
 `version` calls `version_sensor` in this process as the daemon does, tick after tick with its cursor,
 from an empty cursor (a new sensor on an existing catalog reads every materialization once) until a
 tick finds nothing new, then 5 more (`--resume`: from the cursor the last `version` left, the
@@ -78,6 +84,8 @@ RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_p
 EVENTS_PER_BATCH = 4000
 LOCATION = "vision_rag_pipeline.definitions"  # the code location's name, however it is loaded
 CODE_SERVER_PORT = 4266
+PG_DAGSTER_DATABASE = "dagster_bench"  # ticks --postgres-instance: the Dagster storage's database
+QUEUE_SAMPLE_S = 15.0
 
 
 def environment(home: Path) -> dict[str, str]:
@@ -317,7 +325,7 @@ class Daemon:
     def __init__(self, home: Path, env: dict[str, str], max_runs: int, code_server: bool = False) -> None:
         import yaml
 
-        self.instance_yaml = home / "dagster" / "dagster.yaml"
+        self.instance_yaml = Path(env["DAGSTER_HOME"]) / "dagster.yaml"
         self.instance_text = self.instance_yaml.read_text()
         instance = yaml.safe_load(self.instance_text)
         instance["concurrency"]["runs"]["max_concurrent_runs"] = max_runs
@@ -475,14 +483,89 @@ def remove_dropped(home: Path, instance, first: int, count: int) -> None:  # noq
         shutil.rmtree(folder)
 
 
+def postgres_dagster_home(home: Path) -> Path:
+    """A Dagster home beside the catalog's whose storages are Postgres, as docker/dagster.yaml has them
+    (database PG_DAGSTER_DATABASE of the catalog's embedded server), with the local instance's run
+    coordinator, sensor threads and concurrency."""
+    from urllib.parse import parse_qs, urlparse
+
+    import psycopg
+    import yaml
+
+    from vision_rag_pipeline.core.postgres import database_url
+
+    url = database_url()  # the catalog's embedded server: postgresql://postgres:@/postgres?host=<pgdata>
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (PG_DAGSTER_DATABASE,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f"CREATE DATABASE {PG_DAGSTER_DATABASE}")
+    socket_dir = parse_qs(urlparse(url).query)["host"][0]
+    dagster_home = home / "dagster_postgres"
+    dagster_home.mkdir(exist_ok=True)
+    config = yaml.safe_load((home / "dagster" / "dagster.yaml").read_text())
+    for storage in ("run_storage", "event_log_storage", "schedule_storage"):
+        config.pop(storage)
+    config["storage"] = {
+        "postgres": {
+            "postgres_url": f"postgresql+psycopg2://postgres@/{PG_DAGSTER_DATABASE}?host={socket_dir}"
+        }
+    }
+    config["compute_logs"]["config"]["base_dir"] = str(dagster_home / "storage")
+    (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return dagster_home
+
+
+def catalog_on_postgres(home: Path, env: dict[str, str], instance) -> None:  # noqa: ANN001
+    """The Postgres-backed instance gets the catalog's partitions (its registry's documents, in the order
+    they were registered) once, and its version_sensor the version catalog the local instance's
+    sensor keeps (the one touched last) with nothing read: its event log holds no materialization, so
+    its ticks compare the catalog's 100,000 partitions' recorded versions without reading 800,000
+    events first."""
+    from vision_rag_pipeline.core.postgres import connect
+    from vision_rag_pipeline.defs.partitions import documents_partitions
+
+    if instance.get_dynamic_partitions(documents_partitions.name):
+        return
+    with connect() as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT document_id FROM documents WHERE content IS NOT NULL ORDER BY registered_at, document_id"
+            )
+        ]
+        (catalog,) = conn.execute(
+            "SELECT catalog FROM version_catalogs ORDER BY touched_at DESC LIMIT 1"
+        ).fetchone()
+    for first in range(0, len(ids), 10_000):
+        instance.add_dynamic_partitions(documents_partitions.name, ids[first : first + 10_000])
+    (home / "version_cursor.json").write_text(json.dumps({"catalog": catalog, "after": {}}))
+    adopt_version_cursor(home, env, instance)
+
+
 def run_daemon(
-    home: Path, seconds: float, change_config: bool, drop: int, max_runs: int, code_server: bool
+    home: Path,
+    seconds: float,
+    change_config: bool,
+    drop: int,
+    max_runs: int,
+    code_server: bool,
+    postgres_instance: bool = False,
+    request: int = 0,
 ) -> None:
     env = environment(home)
     os.environ.update(env)
+    if postgres_instance:
+        env["DAGSTER_HOME"] = os.environ["DAGSTER_HOME"] = str(postgres_dagster_home(home))
+    from vision_rag_pipeline.defs.intake import request_documents
     from vision_rag_pipeline.defs.runner import dagster_instance
 
     instance = dagster_instance()
+    if postgres_instance:
+        catalog_on_postgres(home, env, instance)
+    doors = first_documents(request) if request else {}
+    requested = request_documents(instance, list(doors), "backfill") if doors else []
     if change_config:
         config = home / "config.yaml"
         keywords = 6 if "max_keywords: 5" in config.read_text() else 5
@@ -493,11 +576,15 @@ def run_daemon(
     load = os.getloadavg()
     daemon = Daemon(home, env, max_runs, code_server)
     minutes: list[dict[str, int]] = []  # the dropped documents' states at the end of each minute
+    waiting: list[int] = []  # the runs waiting in Dagster's queue, every QUEUE_SAMPLE_S
     try:
+        minute_ends = since + 60
         while (left := since + seconds - time.time()) > 0:
-            time.sleep(min(60.0, left))
-            if drop:
+            time.sleep(min(QUEUE_SAMPLE_S, left))
+            waiting.append(waiting_runs(instance))
+            if drop and (time.time() >= minute_ends or left <= QUEUE_SAMPLE_S):
                 minutes.append(dropped_states(home, first, drop))
+                minute_ends += 60
     finally:
         daemon.stop()
     ticks = sensor_ticks(instance, since)
@@ -507,10 +594,14 @@ def run_daemon(
     if drop:
         materialized = dropped_materialized(home, instance, first, drop)
         remove_dropped(home, instance, first, drop)
+    if doors:
+        put_back_as_ingested(doors)
     report = {
         "seconds": seconds,
+        "instance": "Postgres" if postgres_instance else "local (SQLite)",
         "change_config": change_config,
         "drop": drop,
+        "requested": len(requested),
         "max_runs": max_runs,
         "load_average_at_start": [round(x, 2) for x in load],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
@@ -519,12 +610,48 @@ def run_daemon(
         if code_server
         else "the daemon's own, replaced every minute",
         "runs_created_and_documents_in_them": runs,
+        f"runs_waiting_in_the_queue_every_{QUEUE_SAMPLE_S:.0f}_s": waiting,
         "registry": registry,
     }
     if drop:
         report["dropped_documents_by_minute"] = minutes
         report["dropped_partitions_materialized"] = materialized
     print(json.dumps(report, indent=2))
+
+
+def waiting_runs(instance) -> int:  # noqa: ANN001
+    """Runs waiting in Dagster's queue: queued, or created and not submitted yet."""
+    import dagster as dg
+
+    statuses = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+    return instance.get_runs_count(dg.RunsFilter(statuses=statuses))
+
+
+def first_documents(count: int) -> dict[str, str]:
+    """{document: the door it came through} of the catalog's first `count` documents, in registration
+    (partition) order."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn:
+        rows = conn.execute(
+            "SELECT document_id, door FROM documents WHERE state = 'ingested' AND content IS NOT NULL"
+            " ORDER BY registered_at, document_id LIMIT %s",
+            (count,),
+        ).fetchall()
+    return dict(rows)
+
+
+def put_back_as_ingested(doors: dict[str, str]) -> None:
+    """The catalog as it was ({document: its door}): re-runs of its partitions, which hold no stored
+    values, only fail."""
+    from vision_rag_pipeline.core.postgres import connect
+
+    with connect() as conn, conn.cursor() as cursor:
+        cursor.executemany(
+            "UPDATE documents SET state = 'ingested', door = %s, reason = NULL, attempts = 0, job = %s,"
+            " not_before = NULL, run_key = NULL, run_id = NULL, owner = NULL WHERE document_id = %s",
+            [(door, "ingest_document", document_id) for document_id, door in doors.items()],
+        )
 
 
 def dropped_states(home: Path, first: int, count: int) -> dict[str, int]:
@@ -1015,6 +1142,17 @@ def main() -> None:
         action="store_true",
         help="ticks: the daemon loads the code from one `dagster code-server` (as `dagster dev` does)",
     )
+    parser.add_argument(
+        "--postgres-instance",
+        action="store_true",
+        help="ticks: a Dagster instance whose storages are Postgres (docker/dagster.yaml), made once",
+    )
+    parser.add_argument(
+        "--request",
+        type=int,
+        default=0,
+        help="ticks: the catalog's first N documents requested as a backfill first (put back afterwards)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--asset", default="image_enrichments")
     args = parser.parse_args()
@@ -1023,7 +1161,16 @@ def main() -> None:
     if args.command == "build":
         build(args.home, args.docs, args.files_per_tick)
     elif args.command == "ticks":
-        run_daemon(args.home, args.seconds, args.change_config, args.drop, args.max_runs, args.code_server)
+        run_daemon(
+            args.home,
+            args.seconds,
+            args.change_config,
+            args.drop,
+            args.max_runs,
+            args.code_server,
+            args.postgres_instance,
+            args.request,
+        )
     elif args.command == "version":
         version_ticks(args.home, args.change_config, args.resume)
     elif args.command == "sensors":
