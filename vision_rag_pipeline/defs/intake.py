@@ -13,8 +13,9 @@ requested together sit next to each other in the partition order, and a batch is
 partition range, so a run's start (a process, imports, the embedding model) is paid per batch.
 
 - Under a Dagster daemon, the `ingest_requests` sensor claims requested documents and returns one
-  `RunRequest` per batch: the daemon's queue and launcher run them. `vision-rag ingest` waits for
-  them and shows their progress.
+  `RunRequest` per batch: the daemon's queue and launcher run them. It keeps at most
+  MAX_WAITING_RUNS of its runs waiting in that queue; the other requests wait in the registry.
+  `vision-rag ingest` waits for them and shows their progress.
 - Without a daemon, the process that requested them (`vision-rag ingest`, `vision-rag serve`)
   claims them and executes the same batches in-process (defs/runner.py).
 
