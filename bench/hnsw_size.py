@@ -3,8 +3,9 @@
     .venv/bin/python bench/hnsw_size.py [ROWS]   # default 100000; VISION_RAG_HOME picks the embedded server
 
 Loads ROWS random 384-d unit vectors (all-MiniLM-L6-v2's dimension) with 700-character texts into a
-scratch table, builds the HNSW cosine index the way pgvector_store.py does (pgvector's default
-m=16, ef_construction=64) and prints the table and index sizes, scaled to a million rows.
+scratch table, builds the HNSW cosine index the way pgvector_store.py does (m=16, its
+`ef_construction`, in the server's `maintenance_work_mem`) and prints the table and index sizes,
+scaled to a million rows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from vision_rag_pipeline.core.postgres import database_url
+from vision_rag_pipeline.indexes.pgvector_store import _HNSW
 
 DIM = 384
 
@@ -37,9 +39,8 @@ def main() -> None:
             for i in range(rows):
                 vector = rng.standard_normal(DIM).astype(np.float32)
                 copy.write_row((i, "x" * 700, vector / np.linalg.norm(vector)))
-        conn.execute("SET maintenance_work_mem = '512MB'")
         started = time.perf_counter()
-        conn.execute("CREATE INDEX sizing_hnsw ON sizing USING hnsw (embedding vector_cosine_ops)")
+        conn.execute(f"CREATE INDEX sizing_hnsw ON sizing {_HNSW}")
         build = time.perf_counter() - started
         table, index = conn.execute(
             "SELECT pg_table_size('sizing'), pg_relation_size('sizing_hnsw')"
