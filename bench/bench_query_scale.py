@@ -4,8 +4,9 @@
         [--keep] [--encode-chunks] [--bulk]
 
 Builds an index of `--chunks` chunks in a fresh VISION_RAG_HOME under `--out`: 1,000 documents (or
-one per 100 chunks, when that is more: 10,000 at a million chunks) whose chunks are 3-8 sentences drawn from the text layers of `../shared/corpus`'s PDFs, four chunks
-to a page, and one page unit per page (the page's text; its vector the mean of its chunks', as
+one per 100 chunks, when that is more: 10,000 at a million chunks) whose chunks are 3-8 sentences
+drawn from the text layers of `../shared/corpus`'s PDFs, four chunks to a page, and one page unit
+per page (the page's text; its vector the mean of its chunks', as
 ingest makes them). Each distinct sentence is embedded once with the configured model; a chunk's
 vector is the normalized mean of its sentences' vectors, or with `--encode-chunks` the embedding of
 its own text, as ingest makes it (17 chunks a second here at load 2-3: ~1.6 h for 100k). Means of
