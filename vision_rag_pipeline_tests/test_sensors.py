@@ -201,6 +201,41 @@ def test_the_ingest_requests_sensor_turns_files_requested_together_into_one_run_
     assert not ingest_requests_sensor(_context(instance, None)).run_requests
 
 
+def test_files_a_door_registers_together_are_claimed_together_by_a_tick_that_comes_between(
+    instance, inbox, monkeypatch
+):
+    """Sensors tick in threads: an `ingest_requests` tick can claim while the inbox is still
+    registering the files it was given together. It finds none of them until all are registered, then
+    all of them: one run over their range, not a run for the first file and another for the rest."""
+    for number in range(3):
+        (inbox / f"report-{number}.pdf").write_bytes(PDF.read_bytes() + f"\n% {number}\n".encode())
+    ids = [document_id_for(inbox / f"report-{number}.pdf") for number in range(3)]
+    register = DocumentRegistry.register
+    between: list[dg.SensorResult] = []
+
+    def register_then_tick(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        registered = register(self, *args, **kwargs)
+        between.append(ingest_requests_sensor(_context(instance, None)))
+        return registered
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DocumentRegistry, "register", register_then_tick)
+        tick(instance)
+
+    assert len(between) == 3 and not any(result.run_requests for result in between)
+    [run] = ingest_requests_sensor(_context(instance, None)).run_requests
+    partitions = instance.get_dynamic_partitions(documents_partitions.name)
+    assert set(partitions) == set(ids)
+    assert (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    ) == (
+        partitions[0],
+        partitions[-1],
+    )
+    assert set(fates("queued")) == set(ids)
+
+
 def test_an_ingest_requests_tick_makes_a_bounded_number_of_runs_and_leaves_the_rest_in_their_place(
     instance, catalog, monkeypatch
 ):
@@ -583,6 +618,43 @@ def test_a_slow_reconcile_stops_at_its_budget_and_the_next_ticks_go_on_where_it_
     assert ingested_after_each[:6] == [2, 4, 6, 8, 10, 12]
     assert sorted(read) == sorted(runs), "each run read once"
     assert made, "the requests waiting got their run meanwhile"
+
+
+def test_a_batch_whose_range_run_no_longer_fits_the_tick_waits_whole_for_the_next(
+    instance, catalog, monkeypatch
+):
+    """Under load a tick's own work can leave time for runs of one document but not for the run over
+    a batch's range. The batch is given back whole and the next tick, which skips its reconcile,
+    makes the range run: files requested together are not split into a run each."""
+    import time
+
+    from vision_rag_pipeline.defs import intake
+
+    monkeypatch.setattr(intake, "TICK_BUDGET_S", 3.0)
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(3)))
+    intake.request_documents(instance, ids, "backfill")
+    cursor = intake.RequestsCursor(returned_at=time.time(), run_creation_s=0.5, range_run_s=2.5)
+    count = instance.get_runs_count
+
+    def slow(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(1.0)  # Dagster's run storage under load: 2 s left, room for 0.5 s runs, not 2.5 s
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(instance, "get_runs_count", slow)
+    waited = ingest_requests_sensor(_context(instance, cursor.model_dump_json()))
+
+    assert not waited.run_requests and "no run fits" in waited.skip_reason.skip_message
+    assert requested() == set(ids), "claims given back"
+
+    monkeypatch.setattr(instance, "get_runs_count", count)
+    [run] = ingest_requests_sensor(_context(instance, waited.cursor)).run_requests
+    assert (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    ) == (
+        ids[0],
+        ids[-1],
+    )
 
 
 def test_a_tick_whose_own_work_left_no_time_for_a_run_makes_none_and_the_next_makes_them_first(

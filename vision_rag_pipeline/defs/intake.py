@@ -10,7 +10,10 @@ index database), get their partition, and are `requested` (documents/registry.py
 
 Requested documents become Dagster runs of `ingest_document` (or `reenrich`) in batches: documents
 requested together sit next to each other in the partition order, and a batch is one run over that
-partition range, so a run's start (a process, imports, the embedding model) is paid per batch.
+partition range, so a run's start (a process, imports, the embedding model) is paid per batch. A
+door's files are claimable only once all of them are registered (a sensor ticking in another thread
+meanwhile would split them), and a tick whose time left fits a batch's range run no more leaves the
+batch whole to the next tick, which skips its reconcile, rather than making runs of one document each.
 
 - Under a Dagster daemon, the `ingest_requests` sensor claims requested documents and returns one
   `RunRequest` per batch: the daemon's queue and launcher run them. It keeps at most
@@ -240,11 +243,12 @@ def request_files(
                 path=display_path(path), document_id=document_id, outcome="duplicate", duplicate_of=owner
             )
             continue
-        registry.register(path, door, request=request, inbox_state=state, resolve=resolve)
+        registry.register(path, door, request=request, inbox_state=state, resolve=resolve, held=True)
         requested.append(document_id)
         arrivals[path] = Arrival(path=display_path(path), document_id=document_id, outcome="requested")
     if requested:  # added together, in this order: a batch is a range of consecutive partitions
         instance.add_dynamic_partitions(documents_partitions.name, list(dict.fromkeys(requested)))
+        registry.release_request(request)  # ... and claimable together, once all are registered
     return [arrivals[path] for path in paths]
 
 
@@ -710,17 +714,25 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
             skip_reason=dg.SkipReason("no document is waiting for a run"), cursor=carried.model_dump_json()
         )
     started = time.monotonic()
-    batches = plan_batches(context.instance, claimed)  # loads every partition key once
+    planned = plan_batches(context.instance, claimed)  # loads every partition key once
+    key_load_s = time.monotonic() - started
     keys_kept = isinstance(context.instance.event_log_storage, LocalEventLogStorage)
     batches = affordable(
-        batches,
-        time.monotonic() - started,
+        planned,
+        key_load_s,
         keys_kept,
         run_creation_s,
         min(RUN_CREATION_BUDGET_S, deadline.left()),
         range_run_s,
         max_runs=fits,
     )
+    if not last.starved and _ranges(planned) and not _ranges(batches):
+        whole_tick = affordable(
+            planned, key_load_s, keys_kept, run_creation_s, RUN_CREATION_BUDGET_S, range_run_s
+        )
+        if _ranges(whole_tick):  # a tick of its own makes the range run: not runs of one document each
+            registry.release(claimer, [c.document_id for c in claimed])
+            return _out_of_time(deadline, range_run_s, carried)
     running = {document for batch in batches for document in batch.documents}
     rest = [c.document_id for c in claimed if c.document_id not in running]
     if rest:  # they wait, in their place, for the next tick
@@ -750,6 +762,10 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         }
     )
     return dg.SensorResult(run_requests=requests, cursor=cursor.model_dump_json())
+
+
+def _ranges(batches: Sequence[Batch]) -> bool:
+    return any(len(batch.documents) > 1 for batch in batches)
 
 
 def _out_of_time(deadline: Deadline, run_creation_s: float, carried: RequestsCursor) -> dg.SensorResult:

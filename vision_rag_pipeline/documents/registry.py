@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from vision_rag_pipeline.core.postgres import connect, ensure_schema
 
 LEASE_SECONDS = 60  # a lease not renewed for this long belongs to a process gone (on another host)
+HOLD_SECONDS = 60.0  # a document registered `held` by a process that died is claimable after this
 
 # Idempotent: the ALTERs upgrade a registry created before the inbox kept its state here, and
 # before fates and leases; `document_runs` held the leases before they moved here.
@@ -218,10 +219,12 @@ class DocumentRegistry:
         inbox_state: FileState | None = None,
         resolve: bool = True,
         content: bytes | None = None,
+        held: bool = False,
     ) -> RegisteredDocument:
         """Record the file under its partition key, copy its bytes into the database and request a
         run of `job` for it (its attempts start afresh). `inbox_state`: the file lies in the inbox,
-        which then knows it as seen."""
+        which then knows it as seen. `held`: no claim takes it until `release_request(request)`, or
+        HOLD_SECONDS from now should the registering process die first."""
         data = content if content is not None else _read(path)
         doc, path_bytes = self._document(path, resolve)
         state = inbox_state or FileState(None, None, None)  # type: ignore[arg-type]
@@ -230,13 +233,13 @@ class DocumentRegistry:
                 "INSERT INTO documents (document_id, source_path, abs_path, path_bytes, content, content_sha256,"
                 " door, state, reason, attempts, job, request, not_before, run_key, alias_of,"
                 " inbox_size, inbox_mtime_ns, inbox_sha256, updated_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, 'requested', NULL, 0, %s, %s, NULL, NULL, NULL,"
-                " %s, %s, %s, now())"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, 'requested', NULL, 0, %s, %s,"
+                " CASE WHEN %s THEN now() + make_interval(secs => %s) END, NULL, NULL, %s, %s, %s, now())"
                 " ON CONFLICT (document_id) DO UPDATE SET source_path = EXCLUDED.source_path,"
                 " abs_path = EXCLUDED.abs_path, path_bytes = EXCLUDED.path_bytes, content = EXCLUDED.content,"
                 " content_sha256 = EXCLUDED.content_sha256, door = EXCLUDED.door, state = 'requested',"
                 " reason = NULL, attempts = 0, job = EXCLUDED.job, request = EXCLUDED.request,"
-                " not_before = NULL, run_key = NULL, alias_of = NULL, registered_at = now(),"
+                " not_before = EXCLUDED.not_before, run_key = NULL, alias_of = NULL, registered_at = now(),"
                 " updated_at = now(), inbox_size = COALESCE(EXCLUDED.inbox_size, documents.inbox_size),"
                 " inbox_mtime_ns = COALESCE(EXCLUDED.inbox_mtime_ns, documents.inbox_mtime_ns),"
                 " inbox_sha256 = COALESCE(EXCLUDED.inbox_sha256, documents.inbox_sha256)",
@@ -250,6 +253,8 @@ class DocumentRegistry:
                     door,
                     job,
                     request,
+                    held,
+                    HOLD_SECONDS,
                     *state,
                 ),
             )
@@ -359,6 +364,17 @@ class DocumentRegistry:
                 (door, job, request, list(document_ids)),
             ).fetchall()
         return [document_id for (document_id,) in rows]
+
+    def release_request(self, request: str) -> None:
+        """Let claims take the documents registered `held` under `request`, all at once: files a door
+        was given together are claimed together, as one batch of consecutive partitions, even by a
+        sensor that ticks while the door is still registering them."""
+        with connect(self.url) as conn:
+            conn.execute(
+                "UPDATE documents SET not_before = NULL"
+                " WHERE request = %s AND state = 'requested' AND not_before > now()",
+                (request,),
+            )
 
     def content_owner(self, sha256: str, other_than: str) -> str | None:
         """A document (not `other_than`) whose stored bytes have this sha256 and that is, or is on its
