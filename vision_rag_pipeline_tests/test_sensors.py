@@ -657,6 +657,35 @@ def test_a_batch_whose_range_run_no_longer_fits_the_tick_waits_whole_for_the_nex
     )
 
 
+def test_a_range_estimate_no_tick_can_afford_ages_out_and_batches_come_back(instance, catalog):
+    """A slow spell's range measure (5 s, planned 7.5 s against a 6 s budget) makes runs of one
+    document. No range run is then made, so none is measured: the tick forgets the oldest range
+    measure instead, and once none is left the next batch is one run over its range again."""
+    import time
+
+    from vision_rag_pipeline.defs import intake
+
+    ids = register(instance, catalog, *(f"doc-{i}" for i in range(6)))
+    intake.request_documents(instance, ids[:3], "backfill")
+    slow_spell = intake.RequestsCursor(
+        returned_at=time.time(), run_creation_s=0.5, range_run_s=7.5, range_run_measures=[5.0]
+    )
+
+    singles = ingest_requests_sensor(_context(instance, slow_spell.model_dump_json()))
+
+    assert sorted(run.partition_key for run in singles.run_requests) == sorted(ids[:3])
+    assert intake.RequestsCursor.parse(singles.cursor).range_run_s == intake.RUN_CREATION_S
+    intake.request_documents(instance, ids[3:], "backfill")
+    [run] = ingest_requests_sensor(_context(instance, singles.cursor)).run_requests
+    assert (
+        run.tags["dagster/asset_partition_range_start"],
+        run.tags["dagster/asset_partition_range_end"],
+    ) == (
+        ids[3],
+        ids[-1],
+    )
+
+
 def test_a_tick_whose_own_work_left_no_time_for_a_run_makes_none_and_the_next_makes_them_first(
     instance, catalog, monkeypatch
 ):

@@ -94,6 +94,11 @@ RETRY_PAUSE_SECONDS = (5, 30)  # before the second and the third attempt
 # A run over a range writes its planned events for each of its documents: 2-3 s for 20 at load 4,
 # where a run of one took 0.3 s, so the two are measured and estimated apart (a tick whose runs mix
 # them measures the range's).
+# A tick that plans a range run but whose range estimate fits no tick's budget makes runs of one
+# document and forgets the oldest range measure: without it no range run would be made, so none
+# measured, and batching would stay off for as long as runs go on being made (a measure ages only
+# when ESTIMATE_MAX_AGE_S pass without one); after at most ESTIMATE_MEASURES such ticks a range is
+# tried, and measured, again.
 # A measure is taken ESTIMATE_MARGIN times over: a run's creation moved by up to half from one tick
 # to the next at load 2-4 (0.6-1.4 s on a Postgres-backed instance at 100,000 partitions, where ticks
 # planned on the bare measure took up to 11 s).
@@ -726,11 +731,13 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         range_run_s,
         max_runs=fits,
     )
-    if not last.starved and _ranges(planned) and not _ranges(batches):
+    if _ranges(planned) and not _ranges(batches):
         whole_tick = affordable(
             planned, key_load_s, keys_kept, run_creation_s, RUN_CREATION_BUDGET_S, range_run_s
         )
-        if _ranges(whole_tick):  # a tick of its own makes the range run: not runs of one document each
+        if not _ranges(whole_tick):  # no tick makes the range run at this estimate, which no run measures
+            carried = _without_oldest_range_measure(carried)
+        elif not last.starved:  # a tick of its own makes it: not runs of one document each
             registry.release(claimer, [c.document_id for c in claimed])
             return _out_of_time(deadline, range_run_s, carried)
     running = {document for batch in batches for document in batch.documents}
@@ -762,6 +769,18 @@ def ingest_requests(context: dg.SensorEvaluationContext, index_db: IndexDatabase
         }
     )
     return dg.SensorResult(run_requests=requests, cursor=cursor.model_dump_json())
+
+
+def _without_oldest_range_measure(carried: RequestsCursor) -> RequestsCursor:
+    """The range estimate of a tick that could not afford a range run: its oldest measure forgotten,
+    RUN_CREATION_S once none is left, so a slow spell's measures age out and a range is tried again."""
+    measures = carried.range_run_measures[1:]
+    return carried.model_copy(
+        update={
+            "range_run_measures": measures,
+            "range_run_s": _estimate(measures) if measures else RUN_CREATION_S,
+        }
+    )
 
 
 def _ranges(batches: Sequence[Batch]) -> bool:
