@@ -100,6 +100,11 @@ def fates(state: str) -> dict[str, str]:
         return dict(conn.execute("SELECT document_id, source_path FROM documents WHERE state = %s", (state,)))
 
 
+def range_of(run: dg.RunRequest) -> tuple[str, str]:
+    """The first and last partition of a run over a range, as Dagster's tags name them."""
+    return run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]
+
+
 def requested() -> set[str]:
     return set(fates("requested"))
 
@@ -187,13 +192,7 @@ def test_the_ingest_requests_sensor_turns_files_requested_together_into_one_run_
     [run] = result.run_requests
     assert run.job_name == "ingest_document"
     partitions = instance.get_dynamic_partitions(documents_partitions.name)
-    assert (
-        run.tags["dagster/asset_partition_range_start"],
-        run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        partitions[0],
-        partitions[-1],
-    )
+    assert range_of(run) == (partitions[0], partitions[-1])
     assert set(partitions) == set(ids)
     assert set(fates("queued")) == set(ids) and not requested(), (
         "claimed once: the next tick asks for nothing"
@@ -226,13 +225,7 @@ def test_files_a_door_registers_together_are_claimed_together_by_a_tick_that_com
     [run] = ingest_requests_sensor(_context(instance, None)).run_requests
     partitions = instance.get_dynamic_partitions(documents_partitions.name)
     assert set(partitions) == set(ids)
-    assert (
-        run.tags["dagster/asset_partition_range_start"],
-        run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        partitions[0],
-        partitions[-1],
-    )
+    assert range_of(run) == (partitions[0], partitions[-1])
     assert set(fates("queued")) == set(ids)
 
 
@@ -648,13 +641,7 @@ def test_a_batch_whose_range_run_no_longer_fits_the_tick_waits_whole_for_the_nex
 
     monkeypatch.setattr(instance, "get_runs_count", count)
     [run] = ingest_requests_sensor(_context(instance, waited.cursor)).run_requests
-    assert (
-        run.tags["dagster/asset_partition_range_start"],
-        run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        ids[0],
-        ids[-1],
-    )
+    assert range_of(run) == (ids[0], ids[-1])
 
 
 def test_a_range_estimate_no_tick_can_afford_ages_out_and_batches_come_back(instance, catalog):
@@ -677,13 +664,7 @@ def test_a_range_estimate_no_tick_can_afford_ages_out_and_batches_come_back(inst
     assert intake.RequestsCursor.parse(singles.cursor).range_run_s == intake.RUN_CREATION_S
     intake.request_documents(instance, ids[3:], "backfill")
     [run] = ingest_requests_sensor(_context(instance, singles.cursor)).run_requests
-    assert (
-        run.tags["dagster/asset_partition_range_start"],
-        run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        ids[3],
-        ids[-1],
-    )
+    assert range_of(run) == (ids[3], ids[-1])
 
 
 def test_a_tick_whose_own_work_left_no_time_for_a_run_makes_none_and_the_next_makes_them_first(
@@ -1146,13 +1127,7 @@ def test_a_whole_stale_catalog_is_one_request_run_in_batches_of_consecutive_part
 
     [run] = result.run_requests
     assert run.job_name == "reenrich"
-    assert (
-        run.tags["dagster/asset_partition_range_start"],
-        run.tags["dagster/asset_partition_range_end"],
-    ) == (
-        ids[0],
-        ids[-1],
-    )
+    assert range_of(run) == (ids[0], ids[-1])
 
 
 def test_a_stale_catalog_larger_than_a_tick_is_requested_over_the_next_ticks(instance, catalog, monkeypatch):
