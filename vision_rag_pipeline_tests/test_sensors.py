@@ -229,6 +229,60 @@ def test_files_a_door_registers_together_are_claimed_together_by_a_tick_that_com
     assert set(fates("queued")) == set(ids)
 
 
+# A door registering two files, killed after the first: `register` is made to hang there.
+_KILLED_MID_REGISTRATION = """
+import pathlib, sys, time
+import dagster as dg
+from vision_rag_pipeline.definitions import defs
+from vision_rag_pipeline.defs.intake import request_files
+from vision_rag_pipeline.documents import registry
+
+registry.HOLD_SECONDS = 3.0
+register = registry.DocumentRegistry.register
+
+def register_then_hang(self, *args, **kwargs):
+    registered = register(self, *args, **kwargs)
+    pathlib.Path(sys.argv[1]).touch()
+    time.sleep(600)
+    return registered
+
+registry.DocumentRegistry.register = register_then_hang
+with dg.instance_for_test() as instance:
+    request_files(instance, sys.argv[2:], "cli", defs.resolve_asset_graph())
+"""
+
+
+def test_a_file_held_by_a_door_killed_mid_registration_is_claimed_once_the_hold_passes(inbox, tmp_path):
+    """kill -9 of a process between two files it registers together: the first, held for its batch,
+    is not lost; no claim takes it until the hold (HOLD_SECONDS) passes, then one does."""
+    import signal
+    import subprocess
+    import time
+
+    files = []
+    for number in range(2):
+        files.append(tmp_path / f"report-{number}.pdf")
+        files[-1].write_bytes(PDF.read_bytes() + f"\n% {number}\n".encode())
+    registered = tmp_path / "registered"
+    door = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MID_REGISTRATION, str(registered), *map(str, files)]
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not registered.exists():
+            assert door.poll() is None and time.monotonic() < deadline, "the door never registered a file"
+            time.sleep(0.1)
+    finally:
+        door.send_signal(signal.SIGKILL)
+        door.wait(30)
+    held = document_id_for(files[0])
+    assert requested() == {held}, "registered and requested: the second file never was"
+    assert DocumentRegistry().claim("a tick") == [], "held for the batch its door was registering"
+
+    time.sleep(3.5)
+    assert [claimed.document_id for claimed in DocumentRegistry().claim("a tick")] == [held]
+
+
 def test_an_ingest_requests_tick_makes_a_bounded_number_of_runs_and_leaves_the_rest_in_their_place(
     instance, catalog, monkeypatch
 ):
