@@ -12,7 +12,7 @@ Requested documents become Dagster runs of `ingest_document` (or `reenrich`) in 
 requested together sit next to each other in the partition order, and a batch is one run over that
 partition range, so a run's start (a process, imports, the embedding model) is paid per batch. A
 door's files are claimable only once all of them are registered (a sensor ticking in another thread
-meanwhile would split them), and a tick whose time left fits a batch's range run no more leaves the
+meanwhile would split them), and a tick left with too little time for a batch's range run leaves the
 batch whole to the next tick, which skips its reconcile, rather than making runs of one document each.
 
 - Under a Dagster daemon, the `ingest_requests` sensor claims requested documents and returns one
