@@ -677,15 +677,14 @@ def test_a_batch_whose_range_run_no_longer_fits_the_tick_waits_whole_for_the_nex
 
     from vision_rag_pipeline.defs import intake
 
-    monkeypatch.setattr(intake, "TICK_BUDGET_S", 3.0)
     ids = register(instance, catalog, *(f"doc-{i}" for i in range(3)))
     intake.request_documents(instance, ids, "backfill")
-    cursor = intake.RequestsCursor(returned_at=time.time(), run_creation_s=0.5, range_run_s=2.5)
+    cursor = intake.RequestsCursor(returned_at=time.time(), run_creation_s=0.2, range_run_s=3.0)
     count = instance.get_runs_count
 
     def slow(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        time.sleep(1.0)  # Dagster's run storage under load: 2 s left, room for 0.5 s runs, not 2.5 s
-        return count(*args, **kwargs)
+        time.sleep(intake.TICK_BUDGET_S - 2.5)  # the run storage under load: < 2.5 s of the tick left,
+        return count(*args, **kwargs)  # room for 0.2 s runs, not for a 3 s one (a whole tick has 6 s)
 
     monkeypatch.setattr(instance, "get_runs_count", slow)
     waited = ingest_requests_sensor(_context(instance, cursor.model_dump_json()))
