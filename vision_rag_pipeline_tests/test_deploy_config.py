@@ -93,6 +93,9 @@ def test_every_dependency_exists_has_a_healthcheck_and_is_waited_on(services: di
     for name, service in services.items():
         for dependency, condition in (service.get("depends_on") or {}).items():
             assert dependency in services, f"{name} depends on unknown service {dependency}"
+            if dependency == "dagster_schema":  # a one-shot job: it finishes, it is never healthy
+                assert condition == {"condition": "service_completed_successfully"}, f"{name} -> {dependency}"
+                continue
             assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
             assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
     for name in DAGSTER_SERVICES:
@@ -100,6 +103,23 @@ def test_every_dependency_exists_has_a_healthcheck_and_is_waited_on(services: di
     for name in ("webserver", "daemon"):
         assert "user_code" in services[name]["depends_on"], f"{name} loads the code location"
     assert "elasticsearch" in services["user_code"]["depends_on"]
+
+
+def test_dagsters_schema_is_created_once_before_any_process_opens_the_instance(
+    services: dict[str, Any],
+) -> None:
+    """Processes that each create the schema on an empty database at once fail with `type "runs"
+    already exists`: one job creates (or migrates) it, and everything else waits for it."""
+    assert command(services["dagster_schema"]) == ["dagster", "instance", "migrate"]
+    assert services["dagster_schema"]["restart"] == "no"
+    assert "postgres" in services["dagster_schema"]["depends_on"]
+    opening = [
+        name for name, service in services.items()
+        if "DAGSTER_HOME" in environment(service) and name != "dagster_schema"
+    ]  # fmt: skip
+    assert set(DAGSTER_SERVICES) <= set(opening)
+    for name in opening:
+        assert "dagster_schema" in services[name]["depends_on"], f"{name} may race to create the schema"
 
 
 def test_urls_and_hosts_in_the_environment_name_services_and_their_ports(services: dict[str, Any]) -> None:

@@ -188,11 +188,17 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         deployment = Deployment(
             lan, services, dagster_db, index_db, env, root, head=lan.add("head"), client=lan.add("client")
         )
-        for name in WORKERS:
-            _start_worker(deployment, name, basetemp)
         head_home = root / "head"
         (head_home / "dagster").mkdir(parents=True)
         shutil.copy(ROOT / "docker/dagster.yaml", head_home / "dagster")
+        # The Dagster schema first, once, as docker-compose.yml's `dagster_schema` does: processes
+        # that each create it on a fresh database race (`type "runs" already exists`).
+        migrated = deployment.head.run(
+            [str(BIN / "dagster"), "instance", "migrate"], deployment.host_env("head", head_home)
+        )
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        for name in WORKERS:
+            _start_worker(deployment, name, basetemp)
         deployment.head.start(
             [str(BIN / "dagster-daemon"), "run", "-m", "vision_rag_pipeline.definitions"],
             deployment.host_env("head", head_home), root / "daemon.log", setup=f'cd "{head_home}"',
