@@ -58,7 +58,9 @@ def no_postgres_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     yield
     from vision_rag_pipeline.core.postgres import stop_embedded
 
-    deadline = time.monotonic() + 30  # a fixture may have asked for a shutdown without waiting for it
+    # A fixture may have asked for a shutdown without waiting for it, and on a loaded machine a
+    # session server's shutdown can take well over 30 s.
+    deadline = time.monotonic() + 90
     while (left := embedded_servers_under(tmp_path_factory.getbasetemp())) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pgdata in left:
