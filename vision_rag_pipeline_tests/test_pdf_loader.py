@@ -179,6 +179,38 @@ def test_text_keeps_page_numbers_and_top_left_bboxes(tmp_path: Path) -> None:
         assert abs(x0 - 72) < 3
 
 
+def _wide_margin_page(first_line: str, last_line: str) -> Page:
+    """A page whose text sits between 15 % and 80 % of its height: a hearing's or an excerpt's
+    layout, its first and last lines well inside the top and bottom tenths' limits."""
+    body = [
+        Text(150, 640 - 16 * i, f"Body line {i} of the statement read into the record.") for i in range(20)
+    ]
+    return Page(texts=[Text(300, 665, first_line), *body, Text(150, 170, last_line)])
+
+
+def test_page_numbers_at_the_edge_of_a_text_inside_wide_margins_are_found(tmp_path: Path) -> None:
+    """A number at the top of the text on every page, though not in the page's top tenth, is the
+    printed page number (the page one of a hearing prints it under the text, as "(1)")."""
+    pages = [_wide_margin_page("Witness list", "(1)")]
+    pages += [_wide_margin_page(str(number), "end of page") for number in range(2, 10)]
+    document = load_pdf(save(tmp_path, write_pdf([Page(texts=[Text(72, 700, "Cover")]), *pages])))
+
+    assert [info.printed for info in document.page_info] == [[]] + [[str(n)] for n in range(1, 10)]
+
+
+def test_section_numbers_opening_a_few_pages_are_no_page_numbers(tmp_path: Path) -> None:
+    """A paper's section headings ("2 Related Work" on the fifth page, "3 Method" on the sixth...)
+    fit a progression on three pages: not enough of the document for a number read off the text's
+    own first line."""
+    headings = {5: "2 Related Work", 6: "3 Method", 7: "4 Results"}
+    pages = [
+        _wide_margin_page(headings.get(number, "Introduction and notes"), "more") for number in range(1, 13)
+    ]
+    document = load_pdf(save(tmp_path, write_pdf(pages)))
+
+    assert all(not info.printed for info in document.page_info)
+
+
 def test_lines_close_together_form_one_paragraph_and_columns_read_left_first(tmp_path: Path) -> None:
     right_column = [Text(320, 700 - 14 * i, f"right column line {i}", 10) for i in range(3)]
     left_column = [Text(72, 700 - 14 * i, f"left column line {i}", 10) for i in range(3)]

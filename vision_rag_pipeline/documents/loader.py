@@ -14,7 +14,7 @@ from vision_rag_pipeline.documents.model import DocumentError, LoadedDocument
 # pages, boxes, images or their text layers. raw_documents' code version includes it, so documents
 # loaded by older code are loaded again (version sensor, next ingest); their unchanged images and
 # chunk texts are then served from the enrichment and embedding caches.
-LOADER_REVISION = 2
+LOADER_REVISION = 3
 
 
 def load_document(

@@ -32,13 +32,16 @@ def edge_numbers(lines: Sequence[str]) -> list[int]:
     return found
 
 
-def printed_page_numbers(candidates: Sequence[Sequence[int]], places: Sequence[int]) -> list[list[int]]:
+def printed_page_numbers(
+    candidates: Sequence[Sequence[int]], places: Sequence[int], min_share_of_pages: float = 0.0
+) -> list[list[int]]:
     """For each page, the numbers among its `candidates` that are its printed page numbers.
 
     `places[i]` is page i's place in the document (its numeric page label, else its index). The
     progression is printed = place + offset (one number per page) or 2 x place + offset and the
-    number after it (a spread), whichever most pages fit; a progression fitted by too few pages is
-    no progression, and no number is taken.
+    number after it (a spread), whichever most pages fit; a progression fitted by too few pages
+    (MIN_PAGES, MIN_SHARE of the pages showing a number, `min_share_of_pages` of all pages) is no
+    progression, and no number is taken.
     """
     fits: Counter[tuple[int, int]] = Counter()  # (step, offset) -> numbers that fit it, over all pages
     pages: Counter[tuple[int, int]] = Counter()  # ... and pages with one that fits
@@ -53,7 +56,7 @@ def printed_page_numbers(candidates: Sequence[Sequence[int]], places: Sequence[i
         return [[] for _ in candidates]
     showing = sum(1 for numbers in candidates if numbers)
     step, offset = max(fits, key=lambda fit: (fits[fit], -fit[0], -abs(fit[1])))
-    if pages[(step, offset)] < max(MIN_PAGES, MIN_SHARE * showing):
+    if pages[(step, offset)] < max(MIN_PAGES, MIN_SHARE * showing, min_share_of_pages * len(candidates)):
         return [[] for _ in candidates]
     printed = []
     for numbers, place in zip(candidates, places, strict=True):

@@ -53,6 +53,7 @@ CAPTION_LINE_MAX_GAP = 40.0  # pt between an image and a plain line that may cap
 CAPTION_BLOCK_MAX_GAP = 120.0  # pt between an image and a "Figure 3 ..." paragraph
 CONTEXT_MAX_CHARS = 300
 MARGIN_SHARE = 0.1  # the top and bottom tenth of a page: where headers and footers print page numbers
+BODY_EDGE_SHARE = 0.4  # of the pages, that a progression read off the body's edge lines must cover
 CAPTION_START = re.compile(
     r"^\s*(figure|fig\.|table|tab\.|chart|graph|diagram|image|photo)\s*[\dIVX:.]", re.I
 )
@@ -166,14 +167,16 @@ def _load(pdf: pdfium.PdfDocument, path: Path, limits: DocumentLimits) -> Loaded
     images: list[DocumentImage] = []
     first_page_blocks: list[_Block] | None = None
     margin_numbers: list[list[int]] = []
+    body_edge_numbers: list[list[int]] = []
     for page_index in range(page_count):
         page = pdf[page_index]
         try:
             _check_images(page, page_index + 1, path.name, limits)
-            blocks, margin_lines = _page_blocks(page, page_index + 1, path.name)
+            blocks, margin_lines, body_edge_lines = _page_blocks(page, page_index + 1, path.name)
         finally:
             page.close()
         margin_numbers.append(edge_numbers(margin_lines))
+        body_edge_numbers.append(edge_numbers(body_edge_lines))
         if first_page_blocks is None and any(block.lines for block in blocks):
             first_page_blocks = blocks
         for block in blocks:
@@ -195,7 +198,7 @@ def _load(pdf: pdfium.PdfDocument, path: Path, limits: DocumentLimits) -> Loaded
         elements=elements,
         images=images,
         pages=page_count,
-        page_info=_page_info(pdf, margin_numbers),
+        page_info=_page_info(pdf, margin_numbers, body_edge_numbers),
     )
 
 
@@ -212,34 +215,47 @@ def _check_images(page: pdfium.PdfPage, page_number: int, file_name: str, limits
             )
 
 
-def _page_info(pdf: pdfium.PdfDocument, margin_numbers: list[list[int]]) -> list[PageInfo]:
-    """Each page's label and printed page numbers (see documents/page_numbers.py)."""
+def _page_info(
+    pdf: pdfium.PdfDocument, margin_numbers: list[list[int]], body_edge_numbers: list[list[int]]
+) -> list[PageInfo]:
+    """Each page's label and printed page numbers (see documents/page_numbers.py): from the numbers
+    in the pages' margins, or where those give none, from the body's first and last lines too (a
+    book's or an excerpt's margins can be wider than a tenth of the page), where a progression must
+    cover more of the document (BODY_EDGE_SHARE): section and list numbers open body lines too."""
     labels = [pdf.get_page_label(index) for index in range(len(pdf))]
     places = [int(label) if label.isdigit() else index + 1 for index, label in enumerate(labels)]
     printed = printed_page_numbers(margin_numbers, places)
+    if not any(printed):
+        with_edges = [margin + edge for margin, edge in zip(margin_numbers, body_edge_numbers, strict=True)]
+        printed = printed_page_numbers(with_edges, places, min_share_of_pages=BODY_EDGE_SHARE)
     return [
         PageInfo(number=index + 1, label=label, printed=[str(n) for n in numbers])
         for index, (label, numbers) in enumerate(zip(labels, printed, strict=True))
     ]
 
 
-def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> tuple[list[_Block], list[str]]:
+def _page_blocks(
+    page: pdfium.PdfPage, page_number: int, file_name: str
+) -> tuple[list[_Block], list[str], list[str]]:
     """The page's paragraphs and images in reading order (a page without text becomes one rendered
-    image), and the text lines in its top and bottom margins."""
+    image), the text lines in its top and bottom margins, and the first and last line of the text
+    between them."""
     frame = _PageFrame(page)
     textpage = page.get_textpage()
     try:
         lines = list(_lines(textpage, frame))
     finally:
         textpage.close()
-    margin = [
-        line.text
-        for line in lines
-        if not line.invisible
-        and (line.bbox[1] < MARGIN_SHARE * frame.height or line.bbox[3] > (1 - MARGIN_SHARE) * frame.height)
+    visible = [line for line in lines if not line.invisible]
+    in_margin = [
+        line.bbox[1] < MARGIN_SHARE * frame.height or line.bbox[3] > (1 - MARGIN_SHARE) * frame.height
+        for line in visible
     ]
+    margin = [line.text for line, outside in zip(visible, in_margin, strict=True) if outside]
+    body = [line for line, outside in zip(visible, in_margin, strict=True) if not outside]
+    body_edges = list(dict.fromkeys([min(body, key=_top).text, max(body, key=_bottom).text])) if body else []
     if sum(len(line.text.replace(" ", "")) for line in lines) < MIN_TEXT_CHARS:
-        return [_Block(bbox=frame.box, image=_render_page(page, frame, page_number, file_name))], []
+        return [_Block(bbox=frame.box, image=_render_page(page, frame, page_number, file_name))], [], []
     text_blocks = _paragraphs(lines)
     image_blocks = [
         _Block(bbox=bbox, image=image)
@@ -251,7 +267,15 @@ def _page_blocks(page: pdfium.PdfPage, page_number: int, file_name: str) -> tupl
         block.image.text_layer = "\n".join(
             line.text for line in lines if line.invisible and _starts_inside(line.bbox, block.bbox)
         )
-    return _reading_order(text_blocks + image_blocks, frame.width), margin
+    return _reading_order(text_blocks + image_blocks, frame.width), margin, body_edges
+
+
+def _top(line: _Line) -> float:
+    return line.bbox[1]
+
+
+def _bottom(line: _Line) -> float:
+    return line.bbox[3]
 
 
 def _lines(textpage: pdfium.PdfTextPage, frame: _PageFrame) -> Iterator[_Line]:
