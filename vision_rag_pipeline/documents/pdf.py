@@ -246,16 +246,12 @@ def _page_blocks(
         lines = list(_lines(textpage, frame))
     finally:
         textpage.close()
-    visible = [line for line in lines if not line.invisible]
-    in_margin = [
-        line.bbox[1] < MARGIN_SHARE * frame.height or line.bbox[3] > (1 - MARGIN_SHARE) * frame.height
-        for line in visible
-    ]
-    margin = [line.text for line, outside in zip(visible, in_margin, strict=True) if outside]
-    body = [line for line, outside in zip(visible, in_margin, strict=True) if not outside]
-    body_edges = list(dict.fromkeys([min(body, key=_top).text, max(body, key=_bottom).text])) if body else []
     if sum(len(line.text.replace(" ", "")) for line in lines) < MIN_TEXT_CHARS:
         return [_Block(bbox=frame.box, image=_render_page(page, frame, page_number, file_name))], [], []
+    visible = [line for line in lines if not line.invisible]
+    margin = [line.text for line in visible if _in_margins(line, frame.height)]
+    body = [line for line in visible if not _in_margins(line, frame.height)]
+    body_edges = [min(body, key=_top).text, max(body, key=_bottom).text] if body else []
     text_blocks = _paragraphs(lines)
     image_blocks = [
         _Block(bbox=bbox, image=image)
@@ -268,6 +264,10 @@ def _page_blocks(
             line.text for line in lines if line.invisible and _starts_inside(line.bbox, block.bbox)
         )
     return _reading_order(text_blocks + image_blocks, frame.width), margin, body_edges
+
+
+def _in_margins(line: _Line, height: float) -> bool:
+    return line.bbox[1] < MARGIN_SHARE * height or line.bbox[3] > (1 - MARGIN_SHARE) * height
 
 
 def _top(line: _Line) -> float:
