@@ -80,13 +80,13 @@ def test_int8_vectors_are_those_of_torch_dynamic_quantization_and_near_float32(s
     assert np.median(cosine) > 0.97 and cosine.min() > 0.9
 
 
-def test_auto_picks_bfloat16_where_native_else_int8(monkeypatch):
+def test_auto_is_int8_whatever_the_cpu(monkeypatch):
     from vision_rag_pipeline.embeddings import encoder
 
-    for native, picked in ((True, "bfloat16"), (False, "int8")):
+    for native in (True, False):
         monkeypatch.setattr(encoder, "_cpu_has_native_bfloat16", lambda native=native: native)
-        assert resolve_precision("auto") == picked
-        assert model_variant(MODEL, "auto") == f"{MODEL}@{picked}"
+        assert resolve_precision("auto") == "int8"
+        assert model_variant(MODEL, "auto") == f"{MODEL}@int8"
 
 
 def test_related_sentences_are_closer_than_unrelated_ones():

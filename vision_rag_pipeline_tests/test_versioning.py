@@ -152,14 +152,16 @@ def test_auto_precision_has_one_version_whatever_the_cpu(monkeypatch):
 
 
 def test_what_auto_picks_and_the_int8_scheme_are_in_the_embedding_version(monkeypatch):
-    """An upgrade that makes `auto` pick int8 where it picked float32, or quantizes otherwise, must
+    """An upgrade that makes `auto` stand for another precision, or quantizes otherwise, must
     re-embed what the previous code embedded (once: the cache is keyed by variant)."""
     auto, int8 = RagConfig(), with_settings(embedding={"precision": "int8"})
     before = embedding_version(auto), embedding_version(int8)
-    monkeypatch.setattr(encoder, "AUTO_PRECISIONS", {"native_bfloat16": "bfloat16", "otherwise": "float32"})
+    monkeypatch.setattr(encoder, "AUTO_PRECISION", "bfloat16")
     assert embedding_version(auto) != before[0] and embedding_version(int8) == before[1]
     monkeypatch.setattr(encoder, "INT8_SCHEME", "per-tensor")
     assert embedding_version(int8) != before[1]
+    monkeypatch.setattr(encoder, "AUTO_PRECISION", "int8")
+    assert embedding_version(auto) != before[0]
 
 
 def test_speed_and_bookkeeping_settings_re_run_nothing():

@@ -193,9 +193,9 @@ EMBEDDING_BATCH_SIZE = 8
 class EmbeddingConfig(_Strict):
     model: str = "all-MiniLM-L6-v2"
     batch_size: int = Field(EMBEDDING_BATCH_SIZE, gt=0)
-    # bfloat16 halves encoding time where the CPU has it natively (vectors agree with float32 to a
-    # cosine of 0.9999); `auto` picks it there and int8 (Linear weights quantized per channel, about
-    # half float32's CPU) elsewhere, where bfloat16 is slower than float32 (embeddings/encoder.py).
+    # `auto` is int8 (Linear weights quantized per channel): about half float32's CPU and less than
+    # bfloat16's, with no lower retrieval quality; bfloat16 keeps float32's vectors (cosine 0.9999)
+    # where the CPU computes it natively (embeddings/encoder.py).
     precision: Literal["auto", "float32", "bfloat16", "int8"] = "auto"
 
 

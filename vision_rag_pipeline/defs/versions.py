@@ -85,12 +85,10 @@ def embedding_version(config: RagConfig) -> str:
 
     The precision as configured, never as resolved on this host: every node of a deployment must
     agree on what is stale, or mixed nodes would re-run each other's partitions forever. `auto` is
-    therefore one version everywhere, with what it picks between (`precision_settings`: bfloat16
-    where the CPU has it natively, else int8, and the int8 scheme), although each host embeds at the
-    precision it picks; each materialization's `model` metadata names the variant it used. A change
-    of what `auto` picks, or of the int8 scheme, re-embeds once (through the embedding cache, keyed
-    by variant). Pin `float32`, `bfloat16` or `int8` for identical vectors on mixed hardware;
-    changing between any two values re-embeds.
+    one version everywhere, with what it stands for (`precision_settings`: int8, and the int8
+    scheme); each materialization's `model` metadata names the variant it used. A change of what
+    `auto` stands for, or of the int8 scheme, re-embeds once (through the embedding cache, keyed by
+    variant); so does changing between any two configured values.
     """
     embedding = config.embedding
     return _short_hash(

@@ -7,11 +7,12 @@ would give, without its 4 s import; the others through sentence-transformers.
 
 Two things make encoding cheap on one CPU thread (bench/bench_embeddings.py): texts are batched
 only with texts of similar token length (a document's chunks padded to its longest one wasted half
-the work), and the model runs in a cheaper precision than float32. `auto` picks bfloat16 on CPUs
-with native bfloat16 arithmetic (about twice as fast as float32, vectors agreeing to a cosine of
-0.9999) and int8 elsewhere: the Linear layers on int8 weights with one scale per output channel
-(`bert.quantized_linears`), about half float32's CPU, vectors at a median cosine of 0.98 to
-float32's, and the same page recall on the dev set (BENCHMARKS.md, "Chunk embeddings").
+the work), and the model runs in a cheaper precision than float32. `auto` is int8 on every CPU:
+the Linear layers on int8 weights with one scale per output channel (`bert.quantized_linears`),
+about half float32's CPU and less than bfloat16's even where the CPU computes bfloat16 natively,
+vectors at a median cosine of 0.98 to float32's, and no lower page recall on the dev set
+(BENCHMARKS.md, "Chunk embeddings" and "Retrieval quality by embedding precision"). bfloat16 keeps
+float32's vectors to a cosine of 0.9999, at about twice float32's speed where the CPU has it.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ _BUNDLED = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _encode_lock = threading.Lock()
 _load_lock = threading.Lock()  # a model loading on one thread is waited for, not loaded again
 PRECISIONS = ("float32", "bfloat16", "int8")
-# What `auto` resolves to: bfloat16 where the CPU computes it natively, else int8. Part of the embedding
-# code version (`precision_settings`): a change to it re-embeds once.
-AUTO_PRECISIONS = {"native_bfloat16": "bfloat16", "otherwise": "int8"}
+# What `auto` resolves to, on every CPU: int8 embeds a query in half bfloat16's time and a page text in
+# three quarters of it, with no less retrieval quality (BENCHMARKS.md "Retrieval quality by embedding
+# precision"), and every host of a deployment then makes the same vectors. Part of the embedding code
+# version (`precision_settings`): a change to it re-embeds once.
+AUTO_PRECISION = "int8"
 # How the int8 variant is made (`bert.quantized_linears`); part of the code version too.
 INT8_SCHEME = "linear-weights-qint8-per-channel-symmetric/dynamic-activations-reduce-range"
 # A batch holds texts of at least this fraction of its longest text's token count, so padding
@@ -68,21 +71,21 @@ def _cpu_has_native_bfloat16() -> bool:
 
 
 def resolve_precision(precision: str) -> str:
-    """`auto` is bfloat16 where the CPU computes it natively, int8 elsewhere (AUTO_PRECISIONS)."""
+    """The precision a configured one means: `auto` is AUTO_PRECISION."""
     if precision == "auto":
-        return AUTO_PRECISIONS["native_bfloat16" if _cpu_has_native_bfloat16() else "otherwise"]
+        return AUTO_PRECISION
     if precision not in PRECISIONS:
         raise ValueError(f"embedding precision {precision!r}: expected auto, float32, bfloat16 or int8")
     return precision
 
 
 def precision_settings(precision: str) -> dict:
-    """What a configured precision means, host-independently, for the embedding code version: `auto`
-    with the precisions it picks between, int8 with its quantization scheme."""
+    """What a configured precision means for the embedding code version: `auto` with the precision
+    it stands for, int8 with its quantization scheme."""
     settings: dict = {"precision": precision}
     if precision == "auto":
-        settings["auto"] = AUTO_PRECISIONS
-    if precision == "int8" or (precision == "auto" and "int8" in AUTO_PRECISIONS.values()):
+        settings["auto"] = AUTO_PRECISION
+    if resolve_precision(precision) == "int8":
         settings["int8"] = INT8_SCHEME
     return settings
 
