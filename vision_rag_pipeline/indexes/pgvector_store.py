@@ -87,13 +87,16 @@ _HNSW = f"USING hnsw (embedding vector_cosine_ops) WITH (ef_construction = {HNSW
 
 def _indexes_ddl(chunks: str = "chunks", images: str = "rag_images") -> str:
     """The chunks' indexes: the vectors' (HNSW, one for content chunks, one for page units), the
-    documents', and those of the landmarks a question points at (`Pointers`), so a pointing question
-    reads the rows it points at, not every row of the index."""
+    documents', a page's (its chunks and its page unit by one lookup: the `page` of a web archive's
+    chunks is NULL, their key -1; it replaces an index of the page units alone), and those of the
+    landmarks a question points at (`Pointers`), so a pointing question reads the rows it points at,
+    not every row of the index."""
     return f"""
 CREATE INDEX IF NOT EXISTS {chunks}_document_id ON {chunks} (document_id);
 CREATE INDEX IF NOT EXISTS {chunks}_embedding_hnsw ON {chunks} {_HNSW} WHERE kind <> 'page';
 CREATE INDEX IF NOT EXISTS {chunks}_page_hnsw ON {chunks} {_HNSW} WHERE kind = 'page';
-CREATE INDEX IF NOT EXISTS {chunks}_page_units ON {chunks} (document_id, page) WHERE kind = 'page';
+DROP INDEX IF EXISTS {chunks}_page_units;
+CREATE INDEX IF NOT EXISTS {chunks}_document_page ON {chunks} (document_id, coalesce(page, -1));
 CREATE INDEX IF NOT EXISTS {chunks}_landmarks ON {chunks} USING gin ((metadata->'landmarks') jsonb_path_ops);
 CREATE INDEX IF NOT EXISTS {chunks}_page ON {chunks} (page);
 CREATE INDEX IF NOT EXISTS {chunks}_pages_left ON {chunks} ({_PAGES_LEFT});
@@ -371,7 +374,7 @@ class PgVectorStore:
             ),
             on_pages AS (
                 SELECT c.chunk_id FROM chunks c JOIN chunks p ON c.document_id = p.document_id
-                AND c.page IS NOT DISTINCT FROM p.page WHERE p.chunk_id IN (SELECT chunk_id FROM opened)
+                AND coalesce(c.page, -1) = coalesce(p.page, -1) WHERE p.chunk_id IN (SELECT chunk_id FROM opened)
                 AND c.kind <> 'page' AND {where}
             ),
             pointed_rows AS MATERIALIZED ({pointed_rows}),
@@ -390,7 +393,7 @@ class PgVectorStore:
             units AS (
                 SELECT chunk_id FROM page_nearest
                 UNION SELECT c.chunk_id FROM (SELECT DISTINCT document_id, page FROM rows) AS r
-                JOIN chunks c ON c.document_id = r.document_id AND c.kind = 'page' AND c.page IS NOT DISTINCT FROM r.page
+                JOIN chunks c ON c.document_id = r.document_id AND c.kind = 'page' AND coalesce(c.page, -1) = coalesce(r.page, -1)
             )
             SELECT {_SEARCHED_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
             FROM rows r
@@ -603,7 +606,7 @@ def rebuild_tables(
             cur.execute(
                 f"INSERT INTO chunks_new ({_CHUNK_COLUMNS}, embedding) SELECT {_CHUNK_COLUMNS}, mean FROM ("
                 f"SELECT p.*, (SELECT l2_normalize(avg(c.embedding)) FROM chunks_new c WHERE c.document_id ="
-                " p.document_id AND c.page IS NOT DISTINCT FROM p.page AND c.kind <> 'page') AS mean"
+                " p.document_id AND coalesce(c.page, -1) = coalesce(p.page, -1) AND c.kind <> 'page') AS mean"
                 " FROM chunks p WHERE p.kind = 'page') AS units WHERE mean IS NOT NULL"
             )
             _reembed_into(
