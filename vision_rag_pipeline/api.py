@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -89,7 +90,7 @@ from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.media_enrichment import MAX_IMAGES_PER_REQUEST, media_enrichment
 from vision_rag_pipeline.query.ask import Answer, ask
 from vision_rag_pipeline.query.image_query import QueryImageError
-from vision_rag_pipeline.query.search import Filters, Hit, ResultUnit, SearchMode, search_queries
+from vision_rag_pipeline.query.search import Filters, Hit, ResultUnit, SearchMode, search_queries, warm_up
 
 MAX_UPLOAD_FILE_BYTES = 100 * 1024 * 1024
 MAX_UPLOAD_FILES = 20
@@ -512,6 +513,18 @@ def _save_upload(upload: UploadFile, inbox: Path) -> tuple[Path, bool]:
         partial.unlink(missing_ok=True)
 
 
+def _warm_search() -> None:
+    """One search before the first caller's (`query.search.warm_up`): without it the first search
+    after a start loads the model and opens the indexes (BENCHMARKS.md, "A server's first search")."""
+    started = time.monotonic()
+    try:
+        warm_up()
+    except Exception as exc:  # a store that is down: /health reports it, and each search its own error
+        logger.warning("search warm-up failed, the first search will load what it needs: %s", exc)
+        return
+    logger.info("search ready in %.1f s", time.monotonic() - started)
+
+
 def create_app(ingest_on_upload: bool = True) -> FastAPI:
     require_shared_stores()  # a multi-node API without them would answer from this host's own index
     runner = _Runner() if ingest_on_upload else None
@@ -521,6 +534,7 @@ def create_app(ingest_on_upload: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         monitor.start()
+        await run_in_threadpool(_warm_search)  # before the port opens: a caller finds it ready
         if runner is not None:
             runner.start()
         yield

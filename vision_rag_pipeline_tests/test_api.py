@@ -117,6 +117,44 @@ def test_search_by_image_over_http(base_url: str) -> None:
     assert body["hits"][0]["kind"] == "image"
 
 
+_STARTED = """
+import asyncio
+from vision_rag_pipeline.api import create_app
+from vision_rag_pipeline.query.candidates import query_vectors
+from vision_rag_pipeline.query.ranker import load_ranker
+
+app = create_app(ingest_on_upload=False)
+
+
+async def started():
+    async with app.router.lifespan_context(app):  # what uvicorn completes before it opens the port
+        print("loaded", query_vectors.cache_info().currsize, load_ranker.cache_info().currsize)
+
+
+asyncio.run(started())
+"""
+
+
+def test_a_server_has_loaded_what_a_search_needs_before_it_answers(corpus) -> None:
+    """A fresh interpreter, where nothing searched before: once the app has started, the embedding
+    model has embedded a query and the ranker is loaded, so the first caller waits for their own
+    search only."""
+    started = subprocess.run([sys.executable, "-c", _STARTED], capture_output=True, text=True, timeout=300)
+    assert started.stdout.split() == ["loaded", "1", "1"], started.stderr
+
+
+def test_a_server_whose_database_is_down_still_starts_and_says_why_it_is_not_warm() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    env = os.environ | {"VISION_RAG_PG_URL": f"postgresql://vision@127.0.0.1:{port}/nothing"}
+    started = subprocess.run(
+        [sys.executable, "-c", _STARTED], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert started.stdout.startswith("loaded"), started.stderr
+    assert "search warm-up failed" in started.stderr, started.stderr
+
+
 def test_bad_requests_get_clear_4xx(base_url: str) -> None:
     status, body = call(f"{base_url}/search", {"query": "x", "k": 0})
     assert status == 422 and body["detail"][0]["loc"][-1] == "k"

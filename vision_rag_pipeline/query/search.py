@@ -104,6 +104,13 @@ def search(
     return search_queries(queries, k, mode, image=picture, filters=filters, config=config, unit=unit)
 
 
+def warm_up(config: RagConfig | None = None) -> None:
+    """Load what every search needs by running one: the embedding model at the index's precision and
+    its first pass (which builds its kernels), the store, the lexical index, the ranker. A server
+    calls it before it answers, so its first caller waits for their own search only."""
+    search("warm up", k=1, config=config)
+
+
 def search_queries(
     queries: Sequence[tuple[str, float]],
     k: int | None = None,
