@@ -144,6 +144,8 @@ def test_a_server_has_loaded_what_a_search_needs_before_it_answers(corpus) -> No
 
 
 def test_a_server_whose_database_is_down_still_starts_and_says_why_it_is_not_warm() -> None:
+    """The warm-up is a convenience: a database that is down when the server starts is /health's to
+    report and each request's to answer (503), not a reason to refuse to start."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there once the probe is closed
