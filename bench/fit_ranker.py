@@ -74,7 +74,6 @@ def collect(
         raise SystemExit(f"{document}: not in the index")
     pool = scored.pool
     pool.embeddings.clear()
-    pool.page_embeddings.clear()
     labels = np.array([answers(pool.chunks[cid]) for cid in scored.features.ids], dtype=float)
     return Example(key, group, Scored(pool, scored.features, scored.scores), labels)
 

@@ -180,7 +180,8 @@ class Candidates(NamedTuple):
     chunks: dict[str, Chunk]  # the content chunks found (and the page units pointed at, without filters)
     embeddings: dict[str, np.ndarray]  # their stored vectors
     pages: dict[tuple[str, int | None], Chunk]  # the page unit of each found chunk's page and the nearest
-    page_embeddings: dict[tuple[str, int | None], np.ndarray]
+    # each page unit's cosine similarity to each query vector, computed where its vector is
+    page_similarities: dict[tuple[str, int | None], np.ndarray]
     pointed: list[str]  # chunks and page units the question points at, most similar to the first vector first
 
 
@@ -325,8 +326,9 @@ class PgVectorStore:
         vector and on the pages `pages_also` names (page unit ids); the chunks `pointers` point at (by
         similarity to the first vector); the chunks `also` names. Every candidate satisfies the
         filters (documents, kinds, metadata containment). Returned with their rows and vectors, and
-        with the page unit of each candidate's page; a row's metadata without its images and its
-        landmarks other than the periods (`_SEARCHED_COLUMNS`).
+        with the page unit of each candidate's page: its row without metadata, and its similarity to
+        each vector instead of its own vector (a search reads no more of it); a row's metadata
+        without its images and its landmarks other than the periods (`_SEARCHED_COLUMNS`).
 
         The filters are applied in each scan: pgvector's iterative scan keeps walking the graph until
         `limit` rows pass them, so a selective filter does not starve the result. The literal
@@ -395,17 +397,21 @@ class PgVectorStore:
                 UNION SELECT c.chunk_id FROM (SELECT DISTINCT document_id, page FROM rows) AS r
                 JOIN chunks c ON c.document_id = r.document_id AND c.kind = 'page' AND coalesce(c.page, -1) = coalesce(r.page, -1)
             )
-            SELECT {_SEARCHED_COLUMNS}, embedding, role, (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
+            SELECT {_SEARCHED_COLUMNS}, embedding, NULL::float8[], role,
+                (SELECT position FROM pointed p WHERE p.chunk_id = r.chunk_id)
             FROM rows r
             UNION ALL
-            SELECT {_SEARCHED_COLUMNS}, embedding, 'page', NULL FROM chunks WHERE chunk_id IN (SELECT chunk_id FROM units)"""
+            SELECT {_ROW_COLUMNS}, NULL::jsonb, NULL::vector, ARRAY(
+                SELECT 1 - (u.embedding <=> asked.vector) FROM unnest(%b::vector[]) WITH ORDINALITY AS asked (vector, query)
+                ORDER BY asked.query
+            ), 'page', NULL FROM chunks u WHERE chunk_id IN (SELECT chunk_id FROM units)"""
         wanted = [Vector(v) for v in vectors]
         arguments: list[Any] = [wanted, *params, limit]
         arguments += [wanted, *params, list(focus_documents), limit if focus_documents else 0]
         arguments += [wanted, *page_params, page_units, pages_opened, list(pages_also), *params]
         if pointed_on:
             arguments += [wanted[0], *params, *page_params, *pointed_on_params, limit]
-        arguments += [list(also), *params]
+        arguments += [list(also), *params, wanted]
         # binary results (the cursor): a vector is its bytes, not hundreds of decimal numbers
         with connect(self.url) as conn, conn.cursor(binary=True) as cursor:
             with one_round_trip(conn):
@@ -415,15 +421,16 @@ class PgVectorStore:
             rows = cursor.fetchall()
         found = Candidates([{} for _ in vectors], {}, {}, {}, {}, [])
         pointed_at: dict[str, int] = {}
-        for *row, embedding, role, position in rows:
+        for *row, embedding, similarities, role, position in rows:
             chunk = _chunk_from_row(tuple(row))
-            vector = embedding.to_numpy()
             if role == "page":
                 found.pages[(chunk.document_id, chunk.page)] = chunk
-                found.page_embeddings[(chunk.document_id, chunk.page)] = vector
+                found.page_similarities[(chunk.document_id, chunk.page)] = np.asarray(
+                    similarities, dtype=float
+                )
                 continue
             found.chunks[chunk.chunk_id] = chunk
-            found.embeddings[chunk.chunk_id] = vector
+            found.embeddings[chunk.chunk_id] = embedding.to_numpy()
             if position is not None:
                 pointed_at[chunk.chunk_id] = int(position)
         if found.chunks and len(vectors):

@@ -60,7 +60,7 @@ class CandidatePool:
     chunks: dict[str, Chunk]  # candidates, every one satisfying the filters
     embeddings: dict[str, np.ndarray]
     pages: dict[tuple[str, int | None], Chunk]  # page units of the candidates' pages
-    page_embeddings: dict[tuple[str, int | None], np.ndarray]
+    page_similarities: dict[tuple[str, int | None], np.ndarray]  # their cosines to the query vectors
     chunk_bm25: list[dict[str, float]]  # per query text: chunk id -> BM25
     page_bm25: list[dict[tuple[str, int | None], float]]  # per query text: (document, page) -> BM25
     pointed: list[str]  # candidates on the pages the question points at
@@ -194,7 +194,7 @@ def gather(
         chunks=found.chunks,
         embeddings=found.embeddings,
         pages=found.pages,
-        page_embeddings=found.page_embeddings,
+        page_similarities=found.page_similarities,
         chunk_bm25=[
             {hit.chunk_id: hit.score for hit in hits if hit.chunk_id in found.chunks} for hits in chunk_hits
         ],
