@@ -4,6 +4,7 @@ page hits, and search by image."""
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,13 @@ from vision_rag_pipeline.core.postgres import connect
 from vision_rag_pipeline.core.text import held_terms, term_set, terms
 from vision_rag_pipeline.documents.loader import load_document
 from vision_rag_pipeline.documents.model import DocumentImage
-from vision_rag_pipeline.embeddings.encoder import encode
+from vision_rag_pipeline.embeddings.encoder import EmbeddingModelError, encode
 from vision_rag_pipeline.enrichment.batch import enrich_document_images
 from vision_rag_pipeline.enrichment.classifier import classify_images
 from vision_rag_pipeline.indexes.lexical import LexicalDoc
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import PgVectorStore, Pointers
+from vision_rag_pipeline.query import candidates
 from vision_rag_pipeline.query.candidates import (
     NEAR_DUPLICATE_BITS,
     NEAR_DUPLICATE_MARGIN,
@@ -260,6 +262,32 @@ def test_one_statement_finds_what_the_separate_lookups_do(corpus: list[Chunk]) -
     assert found.chunks and all(
         c.kind == "image" and c.metadata.get("image_type") == "Chart" for c in found.chunks.values()
     ), "rows asked for by id pass the filters too"
+
+
+def test_searches_run_at_once_from_several_threads_find_what_each_finds_alone(corpus: list[Chunk]) -> None:
+    """A server answers several searches at once; each embeds its question in the query-embedding
+    threads beside its lexical lookups, and gets the hits it gets when it runs alone."""
+    questions = [
+        "How many people came to the Zephyrine picnic?",
+        "feed tonnage by enclosure",
+        "Quokka enclosure fence",
+        "What do the burrows show?",
+    ] * 3
+    alone = {question: search(question, k=3, document_ids=CORPUS_DOCS) for question in set(questions)}
+    with ThreadPoolExecutor(max_workers=6) as threads:
+        together = list(threads.map(lambda q: search(q, k=3, document_ids=CORPUS_DOCS), questions))
+    assert together == [alone[question] for question in questions]
+
+
+def test_a_failed_query_embedding_fails_the_search_with_its_reason(
+    corpus: list[Chunk], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unavailable(*_args, **_kwargs):
+        raise EmbeddingModelError("model 'x' is not available offline")
+
+    monkeypatch.setattr(candidates, "encode", unavailable)
+    with pytest.raises(EmbeddingModelError, match="not available offline"):
+        search("a question no search here asked before", k=3, document_ids=CORPUS_DOCS)
 
 
 def test_a_process_whose_database_changes_searches_the_new_one(

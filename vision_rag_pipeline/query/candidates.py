@@ -13,6 +13,7 @@ vector and page unit, with the search's filters applied to every path.
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -80,6 +81,13 @@ def query_vectors(texts: tuple[str, ...], model: str, precision: str) -> np.ndar
     return vectors
 
 
+@lru_cache(maxsize=1)
+def _embedder() -> ThreadPoolExecutor:
+    """The threads that embed searches' query texts beside their lexical lookups: one pool per
+    process, as many threads as searches run at once (up to the pool's default bound)."""
+    return ThreadPoolExecutor(thread_name_prefix="query-embedding")
+
+
 def vector_store(model: str) -> PgVectorStore:
     """The store of the index database in effect. Opening it creates the schema and checks the
     embedding dimension, once per process and database: a process whose database changes (another
@@ -126,6 +134,15 @@ def gather(
     across = document_ids is None or len(document_ids) > 1
     limit = retrieval.candidates
     content_kinds = list(kinds or CONTENT_KINDS)
+    # the query texts are embedded in a worker thread while tantivy answers the lexical lookups:
+    # both release the GIL for most of their work, so on two cores they overlap
+    embedding_ahead = (
+        _embedder().submit(
+            query_vectors, tuple(text for text, _ in queries), embedding.model, embedding.precision
+        )
+        if mode in ("hybrid", "vector")
+        else None
+    )
     lexical_texts = [text for text, _ in queries] if mode in ("hybrid", "lexical") else []
     if lexical_texts and pointers.periods:
         # the question's periods also as documents write them: "FY2021" finds "2021", "3Q24" "Q3 2024"
@@ -145,11 +162,7 @@ def gather(
     focused_hits = (
         lexical.search(lexical_texts[0], limit, document_ids=focus, kinds=content_kinds) if focus else []
     )
-    vectors = (
-        query_vectors(tuple(text for text, _ in queries), embedding.model, embedding.precision)
-        if mode in ("hybrid", "vector")
-        else np.zeros((0, store.dim), dtype=np.float32)
-    )
+    vectors = embedding_ahead.result() if embedding_ahead else np.zeros((0, store.dim), dtype=np.float32)
     near = (
         store.near_duplicates(
             image_hash,
