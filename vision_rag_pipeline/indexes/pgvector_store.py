@@ -172,6 +172,15 @@ class Pointers(NamedTuple):
         return ("(" + " OR ".join(parts) + ")" if parts else ""), params
 
 
+class PageUnit(NamedTuple):
+    """A page unit as a search reads it: no Chunk (a search reads ~100 and cites at most k), its
+    cosine similarity to each query vector computed where its vector is."""
+
+    chunk_id: str
+    text: str  # the page's whole text: a page hit's text
+    similarities: np.ndarray  # one per query vector
+
+
 class Candidates(NamedTuple):
     """What one search reads from Postgres (`PgVectorStore.candidates`): every row satisfies the
     search's filters, whichever way it was found."""
@@ -179,9 +188,7 @@ class Candidates(NamedTuple):
     nearest: list[dict[str, float]]  # per query vector: content chunk id -> cosine similarity, best first
     chunks: dict[str, Chunk]  # the content chunks found (and the page units pointed at, without filters)
     embeddings: dict[str, np.ndarray]  # their stored vectors
-    pages: dict[tuple[str, int | None], Chunk]  # the page unit of each found chunk's page and the nearest
-    # each page unit's cosine similarity to each query vector, computed where its vector is
-    page_similarities: dict[tuple[str, int | None], np.ndarray]
+    pages: dict[tuple[str, int | None], PageUnit]  # the unit of each found chunk's page and the nearest
     pointed: list[str]  # chunks and page units the question points at, most similar to the first vector first
 
 
@@ -419,16 +426,16 @@ class PgVectorStore:
                 conn.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
                 cursor.execute(query, arguments)
             rows = cursor.fetchall()
-        found = Candidates([{} for _ in vectors], {}, {}, {}, {}, [])
+        found = Candidates([{} for _ in vectors], {}, {}, {}, [])
         pointed_at: dict[str, int] = {}
         for *row, embedding, similarities, role, position in rows:
-            chunk = _chunk_from_row(tuple(row))
             if role == "page":
-                found.pages[(chunk.document_id, chunk.page)] = chunk
-                found.page_similarities[(chunk.document_id, chunk.page)] = np.asarray(
-                    similarities, dtype=float
+                chunk_id, document_id, _, _, text, page = row[:6]  # _ROW_COLUMNS
+                found.pages[(document_id, page)] = PageUnit(
+                    chunk_id, text, np.asarray(similarities, dtype=float)
                 )
                 continue
+            chunk = _chunk_from_row(tuple(row))
             found.chunks[chunk.chunk_id] = chunk
             found.embeddings[chunk.chunk_id] = embedding.to_numpy()
             if position is not None:

@@ -31,7 +31,7 @@ from vision_rag_pipeline.embeddings.encoder import (
 )
 from vision_rag_pipeline.images.fingerprint import HASH_BITS
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
-from vision_rag_pipeline.indexes.pgvector_store import CONTENT_KINDS, PgVectorStore, Pointers
+from vision_rag_pipeline.indexes.pgvector_store import CONTENT_KINDS, PageUnit, PgVectorStore, Pointers
 from vision_rag_pipeline.query.analysis import QuestionPointers, analyze
 
 # How far each retriever looks. Fixed rather than configured: the ranker's weights were fitted on
@@ -60,8 +60,7 @@ class CandidatePool:
     vectors: np.ndarray  # the query texts' embeddings (none in lexical mode)
     chunks: dict[str, Chunk]  # candidates, every one satisfying the filters
     embeddings: dict[str, np.ndarray]
-    pages: dict[tuple[str, int | None], Chunk]  # page units of the candidates' pages
-    page_similarities: dict[tuple[str, int | None], np.ndarray]  # their cosines to the query vectors
+    pages: dict[tuple[str, int | None], PageUnit]  # the units of the candidates' pages, and the nearest
     chunk_bm25: list[dict[str, float]]  # per query text: chunk id -> BM25
     page_bm25: list[dict[tuple[str, int | None], float]]  # per query text: (document, page) -> BM25
     pointed: list[str]  # candidates on the pages the question points at
@@ -207,7 +206,6 @@ def gather(
         chunks=found.chunks,
         embeddings=found.embeddings,
         pages=found.pages,
-        page_similarities=found.page_similarities,
         chunk_bm25=[
             {hit.chunk_id: hit.score for hit in hits if hit.chunk_id in found.chunks} for hits in chunk_hits
         ],

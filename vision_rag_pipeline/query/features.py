@@ -61,10 +61,10 @@ def describe(pool: CandidatePool, model: str, precision: str) -> FeatureTable:
         cosine = _weighted(_cosines(matrix, pool.vectors), weights)
         column["cosine"][:] = cosine
         column["cosine_gap"][:] = cosine - cosine.max()
-        page_similarities = [pool.page_similarities.get(key) for key in pages]
-        known = [i for i, similarity in enumerate(page_similarities) if similarity is not None]
+        known = [i for i, key in enumerate(pages) if key in pool.pages]
         if known:
-            column["page_cosine"][known] = _weighted(np.stack([page_similarities[i] for i in known]), weights)
+            similarities = np.stack([pool.pages[pages[i]].similarities for i in known])
+            column["page_cosine"][known] = _weighted(similarities, weights)
     for scores in _per_query(pool.chunk_bm25, weights):
         column["bm25"][:] += np.array([scores.get(cid, 0.0) for cid in ids])
     page_scores = _per_query(pool.page_bm25, weights)

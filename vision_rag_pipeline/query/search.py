@@ -216,13 +216,15 @@ def _page_hit(pool: CandidatePool, key: tuple, members: list[str], probability: 
     passages = [
         _hit(pool.chunks[cid], probability[cid]) for cid in members if pool.chunks[cid].kind != "page"
     ]
-    unit = pool.pages.get((document_id, page)) or pool.chunks[members[0]]
+    first = pool.chunks[members[0]]
+    # the page's unit (or the unit pointed at itself); a page the index holds no unit for is its passages
+    unit = pool.pages.get((document_id, page)) or (first if first.kind == "page" else None)
     best = passages[:PASSAGES_PER_PAGE]
     return Hit(
-        chunk_id=unit.chunk_id,
-        document=pool.chunks[members[0]].metadata.get("source", document_id),
+        chunk_id=unit.chunk_id if unit else first.chunk_id,
+        document=first.metadata.get("source", document_id),
         kind="page",
-        text=unit.text if unit.kind == "page" else "\n\n".join(hit.text for hit in best),
+        text=unit.text if unit else "\n\n".join(hit.text for hit in best),
         score=probability[members[0]],
         page=page,
         passages=best,
