@@ -30,6 +30,7 @@ from vision_rag_pipeline.embeddings.encoder import (
     variant_precision,
 )
 from vision_rag_pipeline.images.fingerprint import HASH_BITS
+from vision_rag_pipeline.indexes.lexical import LexicalHit, LexicalIndex
 from vision_rag_pipeline.indexes.lexical_backend import open_lexical_index
 from vision_rag_pipeline.indexes.pgvector_store import CONTENT_KINDS, PageUnit, PgVectorStore, Pointers
 from vision_rag_pipeline.query.analysis import QuestionPointers, analyze
@@ -81,10 +82,10 @@ def query_vectors(texts: tuple[str, ...], model: str, precision: str) -> np.ndar
 
 
 @lru_cache(maxsize=1)
-def _embedder() -> ThreadPoolExecutor:
-    """The threads that embed searches' query texts beside their lexical lookups: one pool per
-    process, as many threads as searches run at once (up to the pool's default bound)."""
-    return ThreadPoolExecutor(thread_name_prefix="query-embedding")
+def _search_threads() -> ThreadPoolExecutor:
+    """The threads in which a search's lookups run beside each other: one pool per process, shared
+    by the searches running at once (up to the pool's default bound)."""
+    return ThreadPoolExecutor(thread_name_prefix="search")
 
 
 def vector_store(model: str) -> PgVectorStore:
@@ -133,10 +134,11 @@ def gather(
     across = document_ids is None or len(document_ids) > 1
     limit = retrieval.candidates
     content_kinds = list(kinds or CONTENT_KINDS)
-    # the query texts are embedded in a worker thread while tantivy answers the lexical lookups:
-    # both release the GIL for most of their work, so on two cores they overlap
+    # The query texts' embedding, the page and header lookups and the passage lookups run at once,
+    # in three threads: torch and tantivy release the GIL for most of their work.
+    threads = _search_threads()
     embedding_ahead = (
-        _embedder().submit(
+        threads.submit(
             query_vectors, tuple(text for text, _ in queries), embedding.model, embedding.precision
         )
         if mode in ("hybrid", "vector")
@@ -146,18 +148,11 @@ def gather(
     if lexical_texts and pointers.periods:
         # the question's periods also as documents write them: "FY2021" finds "2021", "3Q24" "Q3 2024"
         lexical_texts[0] = f"{question} {' '.join(spelled(period) for period in pointers.periods)}"
+    pages_ahead = threads.submit(_pages_and_focus, lexical, lexical_texts, document_ids, across)
     chunk_hits = [
         lexical.search(text, limit, document_ids=document_ids, kinds=content_kinds) for text in lexical_texts
     ]
-    page_hits = [
-        lexical.search(text, PAGE_UNITS, document_ids=document_ids, kinds=["page"]) for text in lexical_texts
-    ]
-    focus: list[str] = []  # the documents whose headers the question names best
-    if across and lexical_texts:
-        headers = lexical.search(
-            lexical_texts[0], HEADER_UNITS, document_ids=document_ids, kinds=["page"], header_only=True
-        )
-        focus = list(dict.fromkeys(hit.document_id for hit in headers))[:DOCUMENTS_FOCUSED]
+    page_hits, focus = pages_ahead.result()
     focused_hits = (
         lexical.search(lexical_texts[0], limit, document_ids=focus, kinds=content_kinds) if focus else []
     )
@@ -213,6 +208,22 @@ def gather(
         pointed=[cid for cid in found.pointed if cid in found.chunks],
         near={cid: value for cid, value in near.items() if cid in found.chunks},
     )
+
+
+def _pages_and_focus(
+    lexical: LexicalIndex, texts: list[str], document_ids: list[str] | None, across: bool
+) -> tuple[list[list[LexicalHit]], list[str]]:
+    """Per query text its best page units by BM25; and across documents, the documents whose
+    headers the question (the first text) names best."""
+    page_hits = [
+        lexical.search(text, PAGE_UNITS, document_ids=document_ids, kinds=["page"]) for text in texts
+    ]
+    if not (across and texts):
+        return page_hits, []
+    headers = lexical.search(
+        texts[0], HEADER_UNITS, document_ids=document_ids, kinds=["page"], header_only=True
+    )
+    return page_hits, list(dict.fromkeys(hit.document_id for hit in headers))[:DOCUMENTS_FOCUSED]
 
 
 def _page_scores(page_hits: list, page_of: dict[str, tuple[str, int | None]]) -> list[dict]:
