@@ -265,8 +265,8 @@ def test_one_statement_finds_what_the_separate_lookups_do(corpus: list[Chunk]) -
 
 
 def test_searches_run_at_once_from_several_threads_find_what_each_finds_alone(corpus: list[Chunk]) -> None:
-    """A server answers several searches at once; each embeds its question in the query-embedding
-    threads beside its lexical lookups, and gets the hits it gets when it runs alone."""
+    """A server answers several searches at once; each runs its embedding and lookups in the one
+    pool of search threads beside the others', and gets the hits it gets when it runs alone."""
     questions = [
         "How many people came to the Zephyrine picnic?",
         "feed tonnage by enclosure",
