@@ -23,10 +23,10 @@ read), the features, the score, collapse and cut. Within `search()` the query em
 and header lookups and the passage lookups run in three threads at once, so the end-to-end time is
 less than the parts' sum and `candidates.lexical` sums the lookups' own times. Then 20 questions
 that point into a document (the first 6 words and "on page 3", "in Figure 2", "on the first page" or
-"on the last page"), end to end. Last, the HNSW index's recall (`hnsw_content_scan`): per `hnsw.ef_search`, the share of each
-query's 10 nearest content chunks the search's scan finds, and the scan's time. Prints one JSON
-object with p50 and p95 in ms, and the Postgres round trips one `search()` makes (counted in
-libpq's protocol trace).
+"on the last page"), end to end. Last, the HNSW index's recall (`hnsw_content_scan`): per
+`hnsw.ef_search`, the share of each query's 10 nearest content chunks the search's scan finds, and
+the scan's time. Prints one JSON object with p50 and p95 in ms, and the Postgres round trips one
+`search()` makes (counted in libpq's protocol trace).
 """
 
 from __future__ import annotations
