@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from vision_rag_pipeline.core import postgres
 from vision_rag_pipeline.core.postgres import (
     DatabaseUnavailable,
     connect,
@@ -161,6 +163,34 @@ def test_a_hung_server_fails_a_statement_within_its_bound_even_on_a_connection_u
     assert time.monotonic() - started < 5
     failure = _within(15, probe)  # no idle connection left: a new one, which never completes
     assert isinstance(failure, DatabaseUnavailable) and "no connection within" in str(failure), failure
+
+
+def test_a_stop_that_timed_out_still_keeps_the_server_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop whose shutdown outlasts its wait (a checkpoint on a busy disk) raises; once the
+    server is gone, this process's next connection fails instead of starting it again: a test
+    worker left such a server running after its session."""
+    pgdata = tmp_path / "pgdata"
+    url = start_embedded(pgdata)
+    server = running_embedded(pgdata)
+    try:
+        with connect(url) as conn:
+            conn.execute("SELECT 1")
+        with monkeypatch.context() as slow:
+            slow.setattr(postgres.os, "kill", lambda pid, sig: None)  # the shutdown has not ended yet
+            with pytest.raises(TimeoutError, match="still running after"):
+                stop_embedded(pgdata, timeout=0.3)
+        os.kill(server.pid, signal.SIGINT)  # ... and now it ends
+        deadline = time.monotonic() + 30
+        while running_embedded(pgdata) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running_embedded(pgdata) is None
+        with pytest.raises(DatabaseUnavailable), connect(url) as conn:
+            conn.execute("SELECT 1")
+        assert running_embedded(pgdata) is None
+    finally:
+        stop_embedded(pgdata)
 
 
 def test_a_server_this_process_stopped_is_not_started_again_by_its_next_connection(tmp_path: Path) -> None:

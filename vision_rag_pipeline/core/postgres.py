@@ -272,16 +272,18 @@ def stop_embedded(pgdata: Path, timeout: float = 60.0) -> EmbeddedServer | None:
     server = running_embedded(pgdata)
     if server is None:
         return None
+    # stopped on purpose from here on, also when the wait below times out: once a slow shutdown
+    # ends, this process's next connection must not start the server again and leave it running
+    with _lock:
+        _embedded_urls.pop(pgdata, None)
+        for url in [url for url, owner in _url_owners.items() if owner == pgdata]:
+            del _url_owners[url]
     os.kill(server.pid, signal.SIGINT)
     deadline = time.monotonic() + timeout
     while running_embedded(pgdata) is not None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"embedded Postgres (pid {server.pid}) still running after {timeout:.0f}s")
         time.sleep(0.1)
-    with _lock:
-        _embedded_urls.pop(pgdata, None)
-        for url in [url for url, owner in _url_owners.items() if owner == pgdata]:
-            del _url_owners[url]
     return server
 
 
