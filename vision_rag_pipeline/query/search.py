@@ -217,8 +217,7 @@ def _page_hit(pool: CandidatePool, key: tuple, members: list[str], probability: 
         _hit(pool.chunks[cid], probability[cid]) for cid in members if pool.chunks[cid].kind != "page"
     ]
     first = pool.chunks[members[0]]
-    # the page's unit (or the unit pointed at itself); a page the index holds no unit for is its passages
-    unit = pool.pages.get((document_id, page)) or (first if first.kind == "page" else None)
+    unit = pool.pages.get((document_id, page))  # a page the index holds no unit for is its passages
     best = passages[:PASSAGES_PER_PAGE]
     return Hit(
         chunk_id=unit.chunk_id if unit else first.chunk_id,
